@@ -1,0 +1,1 @@
+"""Panel monitoring app for HMDSPT run logs (reads only the run log)."""
