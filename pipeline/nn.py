@@ -27,6 +27,8 @@ __all__ = [
     "SGDOptimizer",
     "AdamOptimizer",
     "make_optimizer",
+    "BatchBuffers",
+    "minibatch_pass",
 ]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu", "softmax")
@@ -551,3 +553,92 @@ def make_optimizer(
             n_params, learning_rate_init, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, dtype=dtype
         )
     raise ValueError(f"unknown solver {solver!r}; expected 'sgd' or 'adam'")
+
+
+class BatchBuffers:
+    """Reusable buffers that gather shuffled rows of a batch without allocating.
+
+    Parameters
+    ----------
+    batch_size : int
+        Largest batch the buffers hold.
+    n_features, n_outputs : int
+        Row widths of the inputs and targets.
+    dtype : numpy dtype
+        Dtype of both buffers.
+    """
+
+    def __init__(self, batch_size: int, n_features: int, n_outputs: int, dtype) -> None:
+        self.X = np.empty((batch_size, n_features), dtype=dtype)
+        self.Y = np.empty((batch_size, n_outputs), dtype=dtype)
+
+    def fits(self, batch_size: int, n_features: int, n_outputs: int, dtype) -> bool:
+        return (
+            self.X.shape == (batch_size, n_features)
+            and self.Y.shape[1] == n_outputs
+            and (self.X.dtype == np.dtype(dtype))
+        )
+
+
+def minibatch_pass(
+    model: MLP,
+    optimizer: _Optimizer,
+    X,
+    Y: np.ndarray,
+    order: np.ndarray | None,
+    batch_size: int,
+    buffers: BatchBuffers | None = None,
+) -> tuple[float, int]:
+    """One pass of mini-batch updates over the rows ``order`` of ``X``, ``Y``.
+
+    The same loop trains in-process (one pass is an epoch) and inside a worker's round
+    (one pass is the worker's part of the round).
+
+    Parameters
+    ----------
+    model : MLP
+        Updated in place.
+    optimizer : SGDOptimizer or AdamOptimizer
+        Updated in place.
+    X : ndarray of model.dtype or scipy sparse matrix, shape (n, n_features)
+        Inputs.
+    Y : ndarray of model.dtype, shape (n, n_outputs)
+        Targets, encoded for the model's output (one-hot, 0/1 or values).
+    order : ndarray of int or None
+        Row indices in the order to visit them; ``None`` visits ``0..n-1`` in order.
+    batch_size : int
+        Rows per update; the last batch may be smaller.
+    buffers : BatchBuffers, optional
+        Gather buffers to reuse across calls; allocated here when absent or unfit.
+
+    Returns
+    -------
+    loss_sum : float
+        Sum over batches of ``batch_loss * batch_rows`` (divide by rows for the mean).
+    n_steps : int
+        Number of optimizer steps taken.
+    """
+    n = X.shape[0] if order is None else len(order)
+    dense = isinstance(X, np.ndarray)
+    if dense and order is not None:
+        if buffers is None or not buffers.fits(batch_size, X.shape[1], Y.shape[1], X.dtype):
+            buffers = BatchBuffers(batch_size, X.shape[1], Y.shape[1], X.dtype)
+    loss_sum = 0.0
+    n_steps = 0
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        if order is None:
+            xb, yb = X[start:stop], Y[start:stop]
+        elif dense:
+            rows = order[start:stop]
+            m = stop - start
+            xb, yb = buffers.X[:m], buffers.Y[:m]
+            np.take(X, rows, axis=0, out=xb)
+            np.take(Y, rows, axis=0, out=yb)
+        else:  # sparse rows are gathered by scipy (allocates; dense is the fast path)
+            rows = order[start:stop]
+            xb, yb = X[rows], Y[rows]
+        loss_sum += model.loss_and_grad(xb, yb) * (stop - start)
+        optimizer.update(model.params, model.grad)
+        n_steps += 1
+    return loss_sum, n_steps

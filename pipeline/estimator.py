@@ -1,0 +1,813 @@
+"""scikit-learn estimators backed by the flat-parameter numpy MLP.
+
+``BPNNClassifier`` and ``BPNNRegressor`` take ``MLPClassifier`` / ``MLPRegressor``'s
+parameters where they make sense and keep their fitted attributes, so existing code,
+``Pipeline`` and ``GridSearchCV`` work unchanged. The structure follows
+``sklearn/neural_network/_multilayer_perceptron.py``: parameters stored verbatim in
+``__init__``, validation in ``fit``, fitted attributes ending in ``_``.
+
+Differences from scikit-learn, on purpose:
+
+- only the stochastic solvers ``"sgd"`` and ``"adam"`` (the parallel algorithm is
+  mini-batch based; L-BFGS is not);
+- ``dtype`` (float32 by default): the network computes in that type whatever the input;
+- all parameters live in one contiguous vector (see :mod:`pipeline.nn`); ``coefs_`` and
+  ``intercepts_`` are views into it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from scipy import sparse
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, is_classifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import LabelBinarizer
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+
+from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
+
+__all__ = ["BPNNClassifier", "BPNNRegressor"]
+
+_HIDDEN_ACTIVATIONS = {"identity", "logistic", "tanh", "relu"}
+
+
+def _as_dtype(dtype) -> np.dtype:
+    """The computing dtype named by the ``dtype`` parameter (float32 or float64)."""
+    resolved = np.dtype(dtype)
+    if resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return resolved
+
+
+class _BaseBPNN(BaseEstimator):
+    """Shared fitting machinery of :class:`BPNNClassifier` and :class:`BPNNRegressor`."""
+
+    _parameter_constraints: dict = {
+        "hidden_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "activation": [StrOptions(_HIDDEN_ACTIVATIONS)],
+        "solver": [StrOptions({"sgd", "adam"})],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [StrOptions({"constant", "invscaling", "adaptive"})],
+        "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
+        "power_t": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "shuffle": ["boolean"],
+        "random_state": ["random_state"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "verbose": ["verbose"],
+        "warm_start": ["boolean"],
+        "momentum": [Interval(Real, 0, 1, closed="both")],
+        "nesterovs_momentum": ["boolean"],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="left")],
+        "beta_1": [Interval(Real, 0, 1, closed="left")],
+        "beta_2": [Interval(Real, 0, 1, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "n_iter_no_change": [
+            Interval(Integral, 1, None, closed="left"),
+            Options(Real, {np.inf}),
+        ],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype],
+    }
+
+    def __init__(
+        self,
+        hidden_layer_sizes=(100,),
+        activation="relu",
+        *,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=False,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        dtype="float32",
+    ):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.solver = solver
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.learning_rate_init = learning_rate_init
+        self.power_t = power_t
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.tol = tol
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.momentum = momentum
+        self.nesterovs_momentum = nesterovs_momentum
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.n_iter_no_change = n_iter_no_change
+        self.dtype = dtype
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self):
+        state = super().__getstate__()
+        # coefs_/intercepts_ are views into the model's flat vector: pickle the vector once
+        # and rebind the views on load, so they keep sharing memory.
+        state.pop("coefs_", None)
+        state.pop("intercepts_", None)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_model" in self.__dict__:
+            self._bind_fitted_views()
+
+    def _bind_fitted_views(self) -> None:
+        self.coefs_ = self._model.coefs
+        self.intercepts_ = self._model.intercepts
+
+    # ------------------------------------------------------------------- fitting
+    def _hidden_sizes(self) -> list[int]:
+        sizes = self.hidden_layer_sizes
+        if not hasattr(sizes, "__iter__"):
+            sizes = [sizes]
+        sizes = list(sizes)
+        if any(int(s) <= 0 for s in sizes):
+            raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
+        return [int(s) for s in sizes]
+
+    def _fit(self, X, y, incremental: bool = False):
+        hidden = self._hidden_sizes()
+        dtype = _as_dtype(self.dtype)
+        first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
+        X, Y = self._validate_input(X, y, incremental, reset=first_pass)
+        X = self._to_model_dtype(X, dtype)
+        Y = np.ascontiguousarray(Y, dtype=dtype)
+        n_samples, n_features = X.shape
+
+        self._random_state = check_random_state(self.random_state)
+        if first_pass:
+            self._initialize(Y, [n_features, *hidden, Y.shape[1]], dtype)
+        elif self._model.dtype != dtype:
+            raise ValueError(
+                f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
+                "fit again without warm_start."
+            )
+        self._fit_stochastic(X, Y, incremental)
+        if not np.isfinite(self._model.params).all():
+            raise ValueError(
+                "Solver produced non-finite parameter weights. The input data may"
+                " contain large values and need to be preprocessed."
+            )
+        return self
+
+    @staticmethod
+    def _to_model_dtype(X, dtype: np.dtype):
+        if sparse.issparse(X):
+            return X.astype(dtype, copy=False).tocsr()
+        return np.ascontiguousarray(X, dtype=dtype)
+
+    def _initialize(self, Y: np.ndarray, layer_units: list[int], dtype: np.dtype) -> None:
+        self.n_iter_ = 0
+        self.t_ = 0
+        self.n_outputs_ = Y.shape[1]
+        self.n_layers_ = len(layer_units)
+        self.out_activation_ = self._output_activation()
+        self._model = MLP(
+            layer_units,
+            hidden_activation=self.activation,
+            out_activation=self.out_activation_,
+            alpha=self.alpha,
+            dtype=dtype,
+        )
+        self._model.initialize(self._random_state)
+        self._bind_fitted_views()
+        self._best_params = self._model.params.copy()
+        self.loss_curve_ = []
+        self._no_improvement_count = 0
+        if self.early_stopping:
+            self.validation_scores_ = []
+            self.best_validation_score_ = -np.inf
+            self.best_loss_ = None
+        else:
+            self.best_loss_ = np.inf
+            self.validation_scores_ = None
+            self.best_validation_score_ = None
+
+    def _make_optimizer(self):
+        return make_optimizer(
+            self.solver,
+            self._model.n_params,
+            learning_rate_init=self.learning_rate_init,
+            dtype=self._model.dtype,
+            learning_rate=self.learning_rate,
+            momentum=self.momentum,
+            nesterovs_momentum=self.nesterovs_momentum,
+            power_t=self.power_t,
+            beta_1=self.beta_1,
+            beta_2=self.beta_2,
+            epsilon=self.epsilon,
+        )
+
+    def _batch_size(self, n_samples: int) -> int:
+        if self.batch_size == "auto":
+            return min(200, n_samples)
+        if self.batch_size > n_samples:
+            warnings.warn(
+                "Got `batch_size` less than 1 or larger than sample size. It is going to be "
+                "clipped",
+                stacklevel=5,
+            )
+        return int(np.clip(self.batch_size, 1, n_samples))
+
+    def _split_validation(self, X, Y: np.ndarray):
+        should_stratify = is_classifier(self) and self.n_outputs_ == 1
+        X_train, X_val, Y_train, Y_val = train_test_split(
+            X,
+            Y,
+            random_state=self._random_state,
+            test_size=self.validation_fraction,
+            stratify=Y if should_stratify else None,
+        )
+        if X_val.shape[0] < 2:
+            raise ValueError(
+                "The validation set is too small. Increase 'validation_fraction' "
+                "or the size of your dataset."
+            )
+        return X_train, X_val, np.ascontiguousarray(Y_train), self._decode_targets(Y_val)
+
+    def _fit_stochastic(self, X, Y: np.ndarray, incremental: bool) -> None:
+        if not incremental or not hasattr(self, "_optimizer"):
+            self._optimizer = self._make_optimizer()
+        if self.early_stopping and incremental:
+            raise ValueError("partial_fit does not support early_stopping=True")
+        early_stopping = self.early_stopping
+        if early_stopping:
+            X_train, X_val, Y_train, y_val = self._split_validation(X, Y)
+        else:
+            X_train, Y_train, X_val, y_val = X, Y, None, None
+
+        n_samples = X_train.shape[0]
+        batch_size = self._batch_size(n_samples)
+        buffers = BatchBuffers(batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype)
+        try:
+            self.n_iter_ = 0
+            for _ in range(self.max_iter):
+                order = self._random_state.permutation(n_samples) if self.shuffle else None
+                loss_sum, _steps = minibatch_pass(
+                    self._model, self._optimizer, X_train, Y_train, order, batch_size, buffers
+                )
+                self.n_iter_ += 1
+                self.loss_ = loss_sum / n_samples
+                self.t_ += n_samples
+                self.loss_curve_.append(self.loss_)
+                if self.verbose:
+                    print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
+                self._update_no_improvement_count(early_stopping, X_val, y_val)
+                self._optimizer.iteration_ends(self.t_)
+                if self._no_improvement_count > self.n_iter_no_change:
+                    what = "Validation score" if early_stopping else "Training loss"
+                    msg = (
+                        f"{what} did not improve more than tol={self.tol:f} for "
+                        f"{self.n_iter_no_change} consecutive epochs."
+                    )
+                    if self._optimizer.trigger_stopping(msg, self.verbose):
+                        break
+                    self._no_improvement_count = 0
+                if incremental:
+                    break
+                if self.n_iter_ == self.max_iter:
+                    warnings.warn(
+                        f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached "
+                        "and the optimization hasn't converged yet.",
+                        ConvergenceWarning,
+                        stacklevel=5,
+                    )
+        except KeyboardInterrupt:
+            warnings.warn("Training interrupted by user.", stacklevel=3)
+        if early_stopping:
+            self._model.set_params(self._best_params)
+
+    def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
+        if early_stopping:
+            val_score = self._score_unchecked(X_val, y_val)
+            self.validation_scores_.append(val_score)
+            if self.verbose:
+                print(f"Validation score: {val_score:f}")
+            if val_score < self.best_validation_score_ + self.tol:
+                self._no_improvement_count += 1
+            else:
+                self._no_improvement_count = 0
+            if val_score > self.best_validation_score_:
+                self.best_validation_score_ = val_score
+                self._best_params[...] = self._model.params
+        else:
+            if self.loss_curve_[-1] > self.best_loss_ - self.tol:
+                self._no_improvement_count += 1
+            else:
+                self._no_improvement_count = 0
+            if self.loss_curve_[-1] < self.best_loss_:
+                self.best_loss_ = self.loss_curve_[-1]
+
+    # ---------------------------------------------------------------- predicting
+    def _forward(self, X, check_input: bool = True) -> np.ndarray:
+        """Network output for ``X`` (``coefs_``/``intercepts_`` are views of the model)."""
+        if check_input:
+            X = validate_data(self, X, accept_sparse=["csr", "csc"], reset=False)
+        X = self._to_model_dtype(X, self._model.dtype)
+        return self._model.forward(X)
+
+    def _score_unchecked(self, X, y) -> float:
+        y_pred = self._predict(X, check_input=False)
+        if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():
+            return np.nan
+        return float(self._score_function(y, y_pred))
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the model to data matrix X and target(s) y.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            The target values (class labels in classification, real numbers in
+            regression).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        return self._fit(X, y, incremental=False)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class BPNNClassifier(ClassifierMixin, _BaseBPNN):
+    """Back-propagation neural network (multi-layer perceptron) classifier.
+
+    A drop-in for :class:`sklearn.neural_network.MLPClassifier` with the stochastic
+    solvers, computing in float32 by default on one flat parameter vector.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : array-like of shape (n_layers - 2,), default=(100,)
+        The ith element is the number of neurons in the ith hidden layer.
+    activation : {"identity", "logistic", "tanh", "relu"}, default="relu"
+        Activation of the hidden layers.
+    solver : {"sgd", "adam"}, default="adam"
+        The weight optimizer.
+    alpha : float, default=0.0001
+        Strength of the L2 penalty.
+    batch_size : int or "auto", default="auto"
+        Mini-batch size; "auto" is ``min(200, n_samples)``.
+    learning_rate : {"constant", "invscaling", "adaptive"}, default="constant"
+        Step-size schedule of ``solver="sgd"``.
+    learning_rate_init : float, default=0.001
+        Initial step size.
+    power_t : float, default=0.5
+        Exponent of the "invscaling" schedule.
+    max_iter : int, default=200
+        Maximum number of epochs.
+    shuffle : bool, default=True
+        Shuffle the rows every epoch.
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation, shuffling and the early-stopping split.
+    tol : float, default=1e-4
+        Tolerance of the stopping rule.
+    verbose : bool, default=False
+        Print progress.
+    warm_start : bool, default=False
+        Reuse the previous solution as initialisation.
+    momentum : float, default=0.9
+        Momentum of "sgd".
+    nesterovs_momentum : bool, default=True
+        Nesterov's momentum for "sgd".
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the rows and stop when its score stalls.
+    validation_fraction : float, default=0.1
+        Fraction of rows held out for early stopping.
+    beta_1, beta_2 : float, default=0.9, 0.999
+        Decay rates of Adam's moment estimates.
+    epsilon : float, default=1e-8
+        Numerical stability term of Adam.
+    n_iter_no_change : int, default=10
+        Epochs without ``tol`` improvement before stopping.
+    dtype : {"float32", "float64"} or numpy type, default="float32"
+        Type the network computes in.
+
+    Attributes
+    ----------
+    classes_ : ndarray or list of ndarray
+        Class labels.
+    loss_ : float
+        Loss of the last epoch.
+    best_loss_ : float or None
+        Best training loss (None with early stopping).
+    loss_curve_ : list of float
+        Loss per epoch.
+    validation_scores_ : list of float or None
+        Validation accuracy per epoch with early stopping.
+    best_validation_score_ : float or None
+        Best validation accuracy with early stopping.
+    t_ : int
+        Training samples seen.
+    coefs_ : list of ndarray
+        Weight matrices (views into one flat vector).
+    intercepts_ : list of ndarray
+        Bias vectors (views into the same vector).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of str
+        Feature names, when X had them.
+    n_iter_ : int
+        Epochs run.
+    n_layers_ : int
+        Number of layers.
+    n_outputs_ : int
+        Number of outputs.
+    out_activation_ : str
+        Output activation ("softmax" or "logistic").
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> from pipeline.estimator import BPNNClassifier
+    >>> X, y = load_digits(return_X_y=True)
+    >>> clf = BPNNClassifier(hidden_layer_sizes=(64,), max_iter=30, random_state=0)
+    >>> clf.fit(X / 16, y).score(X / 16, y) > 0.95
+    True
+    """
+
+    _score_function = staticmethod(accuracy_score)
+
+    def _output_activation(self) -> str:
+        return "softmax" if self._label_binarizer.y_type_ == "multiclass" else "logistic"
+
+    def _validate_input(self, X, y, incremental: bool, reset: bool):
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse=["csr", "csc"],
+            multi_output=True,
+            dtype=(np.float64, np.float32),
+            reset=reset,
+        )
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
+        if not hasattr(self, "classes_") or (not self.warm_start and not incremental):
+            self._label_binarizer = LabelBinarizer()
+            self._label_binarizer.fit(y)
+            self.classes_ = self._label_binarizer.classes_
+        else:
+            classes = unique_labels(y)
+            if self.warm_start:
+                if set(classes) != set(self.classes_):
+                    raise ValueError(
+                        "warm_start can only be used where `y` has the same classes as in "
+                        f"the previous call to fit. Previously got {self.classes_}, `y` has "
+                        f"{classes}"
+                    )
+            elif len(np.setdiff1d(classes, self.classes_, assume_unique=True)):
+                raise ValueError(
+                    f"`y` has classes not in `self.classes_`. `self.classes_` has "
+                    f"{self.classes_}. 'y' has {classes}."
+                )
+        if len(self._label_binarizer.classes_) < 2 and self._label_binarizer.y_type_ != (
+            "multilabel-indicator"
+        ):
+            raise ValueError(
+                "The number of classes has to be greater than one; got "
+                f"{len(self._label_binarizer.classes_)} class"
+            )
+        Y = self._label_binarizer.transform(y)
+        return X, Y
+
+    def _decode_targets(self, Y: np.ndarray):
+        return self._label_binarizer.inverse_transform(Y)
+
+    def _predict(self, X, check_input: bool = True):
+        y_pred = self._forward(X, check_input=check_input)
+        if self.n_outputs_ == 1:
+            y_pred = y_pred.ravel()
+        return self._label_binarizer.inverse_transform(y_pred)
+
+    def predict(self, X):
+        """Predict class labels for X.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            The predicted classes.
+        """
+        check_is_fitted(self)
+        return self._predict(X)
+
+    def predict_proba(self, X):
+        """Probability estimates.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+
+        Returns
+        -------
+        y_prob : ndarray of shape (n_samples, n_classes)
+            Probability of each class, ordered as in ``classes_``.
+        """
+        check_is_fitted(self)
+        y_pred = self._forward(X)
+        if self.n_outputs_ == 1:
+            p = y_pred.ravel()
+            return np.vstack([1 - p, p]).T
+        return y_pred
+
+    def predict_log_proba(self, X):
+        """Log of the probability estimates.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+
+        Returns
+        -------
+        log_y_prob : ndarray of shape (n_samples, n_classes)
+            ``log(predict_proba(X))``.
+        """
+        y_prob = self.predict_proba(X)
+        with np.errstate(divide="ignore"):
+            return np.log(y_prob, out=y_prob)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, classes=None):
+        """Update the model with one epoch over the given data.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+        y : array-like of shape (n_samples,)
+            The target values.
+        classes : array of shape (n_classes,), default=None
+            All classes across calls; required on the first call.
+
+        Returns
+        -------
+        self : object
+            The updated estimator.
+        """
+        if _check_partial_fit_first_call(self, classes):
+            self._label_binarizer = LabelBinarizer()
+            if type_of_target(y).startswith("multilabel"):
+                self._label_binarizer.fit(y)
+            else:
+                self._label_binarizer.fit(classes)
+        return self._fit(X, y, incremental=True)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
+
+
+class BPNNRegressor(RegressorMixin, _BaseBPNN):
+    """Back-propagation neural network (multi-layer perceptron) regressor.
+
+    A drop-in for :class:`sklearn.neural_network.MLPRegressor` (squared error) with the
+    stochastic solvers, computing in float32 by default on one flat parameter vector.
+
+    Parameters
+    ----------
+    loss : {"squared_error"}, default="squared_error"
+        The loss (half squared error), first as in ``MLPRegressor``.
+    hidden_layer_sizes : array-like of shape (n_layers - 2,), default=(100,)
+        The ith element is the number of neurons in the ith hidden layer.
+    activation : {"identity", "logistic", "tanh", "relu"}, default="relu"
+        Activation of the hidden layers.
+    solver : {"sgd", "adam"}, default="adam"
+        The weight optimizer.
+    alpha : float, default=0.0001
+        Strength of the L2 penalty.
+    batch_size : int or "auto", default="auto"
+        Mini-batch size; "auto" is ``min(200, n_samples)``.
+    learning_rate : {"constant", "invscaling", "adaptive"}, default="constant"
+        Step-size schedule of ``solver="sgd"``.
+    learning_rate_init : float, default=0.001
+        Initial step size.
+    power_t : float, default=0.5
+        Exponent of the "invscaling" schedule.
+    max_iter : int, default=200
+        Maximum number of epochs.
+    shuffle : bool, default=True
+        Shuffle the rows every epoch.
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation, shuffling and the early-stopping split.
+    tol : float, default=1e-4
+        Tolerance of the stopping rule.
+    verbose : bool, default=False
+        Print progress.
+    warm_start : bool, default=False
+        Reuse the previous solution as initialisation.
+    momentum : float, default=0.9
+        Momentum of "sgd".
+    nesterovs_momentum : bool, default=True
+        Nesterov's momentum for "sgd".
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the rows and stop when its R^2 stalls.
+    validation_fraction : float, default=0.1
+        Fraction of rows held out for early stopping.
+    beta_1, beta_2 : float, default=0.9, 0.999
+        Decay rates of Adam's moment estimates.
+    epsilon : float, default=1e-8
+        Numerical stability term of Adam.
+    n_iter_no_change : int, default=10
+        Epochs without ``tol`` improvement before stopping.
+    dtype : {"float32", "float64"} or numpy type, default="float32"
+        Type the network computes in.
+
+    Attributes
+    ----------
+    loss_ : float
+        Loss of the last epoch.
+    best_loss_ : float or None
+        Best training loss (None with early stopping).
+    loss_curve_ : list of float
+        Loss per epoch.
+    validation_scores_ : list of float or None
+        Validation R^2 per epoch with early stopping.
+    best_validation_score_ : float or None
+        Best validation R^2 with early stopping.
+    t_ : int
+        Training samples seen.
+    coefs_ : list of ndarray
+        Weight matrices (views into one flat vector).
+    intercepts_ : list of ndarray
+        Bias vectors (views into the same vector).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of str
+        Feature names, when X had them.
+    n_iter_ : int
+        Epochs run.
+    n_layers_ : int
+        Number of layers.
+    n_outputs_ : int
+        Number of outputs.
+    out_activation_ : str
+        Output activation ("identity").
+    """
+
+    _parameter_constraints: dict = {
+        **_BaseBPNN._parameter_constraints,
+        "loss": [StrOptions({"squared_error"})],
+    }
+    _score_function = staticmethod(r2_score)
+
+    def __init__(
+        self,
+        loss="squared_error",
+        hidden_layer_sizes=(100,),
+        activation="relu",
+        *,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=False,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        dtype="float32",
+    ):
+        super().__init__(
+            hidden_layer_sizes=hidden_layer_sizes,
+            activation=activation,
+            solver=solver,
+            alpha=alpha,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            learning_rate_init=learning_rate_init,
+            power_t=power_t,
+            max_iter=max_iter,
+            shuffle=shuffle,
+            random_state=random_state,
+            tol=tol,
+            verbose=verbose,
+            warm_start=warm_start,
+            momentum=momentum,
+            nesterovs_momentum=nesterovs_momentum,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            n_iter_no_change=n_iter_no_change,
+            dtype=dtype,
+        )
+        self.loss = loss
+
+    def _output_activation(self) -> str:
+        return "identity"
+
+    def _validate_input(self, X, y, incremental: bool, reset: bool):
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse=["csr", "csc"],
+            multi_output=True,
+            y_numeric=True,
+            dtype=(np.float64, np.float32),
+            reset=reset,
+        )
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
+        return X, y.reshape(len(y), -1)
+
+    def _decode_targets(self, Y: np.ndarray):
+        return Y.ravel() if Y.shape[1] == 1 else Y
+
+    def _predict(self, X, check_input: bool = True):
+        y_pred = self._forward(X, check_input=check_input)
+        return y_pred.ravel() if y_pred.shape[1] == 1 else y_pred
+
+    def predict(self, X):
+        """Predict using the multi-layer perceptron model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predicted values.
+        """
+        check_is_fitted(self)
+        return self._predict(X)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y):
+        """Update the model with one epoch over the given data.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The input data.
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The target values.
+
+        Returns
+        -------
+        self : object
+            The updated estimator.
+        """
+        return self._fit(X, y, incremental=True)

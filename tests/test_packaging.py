@@ -1,0 +1,73 @@
+"""Packaging: pyproject.toml and environment.yml agree; the README's example runs."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pyproject_requirements() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        names |= {_name(r) for r in extra}
+    return names
+
+
+def _conda_requirements() -> set[str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    names = set()
+    for dep in env["dependencies"]:
+        if isinstance(dep, str):
+            names.add(_name(dep))
+    return names - {"python", "pip"}
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    assert _conda_requirements() == _pyproject_requirements()
+
+
+def test_environment_yml_pins_match_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        reqs += extra
+    pins = {_name(r): r.strip()[len(_name(r)) :] for r in reqs}
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and _name(dep) in pins:
+            assert dep.strip()[len(_name(dep)) :] == pins[_name(dep)], dep
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(commands) == 2, "the README gives exactly two set-up commands"
+    test_command = next(c for c in commands if "pytest" in c)
+    assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_python_example_runs():
+    readme = (ROOT / "README.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    result = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
+    assert accuracy > 0.9
+
+
+def test_console_script_is_declared():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["hmdspt"] == "pipeline.cli:main"
