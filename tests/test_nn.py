@@ -217,3 +217,16 @@ def test_training_loop_allocates_nothing_per_batch():
 def test_bad_layer_sizes(bad):
     with pytest.raises(ValueError, match="layer_sizes"):
         MLP(bad)
+
+
+def test_softmax_rows_far_below_the_batch_maximum_stay_exact():
+    """The global-max shift falls back to a per-row shift where a row would underflow."""
+    from scipy.special import softmax
+
+    from pipeline.nn import _activate_inplace
+
+    logits = np.array([[1000.0, 0.0, -1.0], [0.0, 1.0, 2.0], [-2000.0, -2001.0, -1999.0]])
+    for dtype in (np.float32, np.float64):
+        z = logits.astype(dtype)
+        _activate_inplace("softmax", z)
+        np.testing.assert_allclose(z, softmax(logits, axis=1), rtol=1e-6, atol=1e-30)

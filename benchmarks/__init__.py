@@ -1,0 +1,1 @@
+"""Benchmarks: each prints ratios measured side by side in one run (not asserted)."""

@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmarks: environment header, dataset paths, timing."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHARED_DATASETS = Path(
+    os.environ.get("HMDSPT_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets")
+)
+
+
+def dataset_path(*parts: str) -> Path:
+    """Path of a file under ``../shared/datasets`` (or ``$HMDSPT_DATASETS``), checked."""
+    path = SHARED_DATASETS.joinpath(*parts)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found: the real data sets live in ../shared/datasets "
+            "(or set HMDSPT_DATASETS)"
+        )
+    return path
+
+
+def header(title: str) -> None:
+    """Print what was measured where: machine, versions, BLAS threads."""
+    import sklearn
+    from threadpoolctl import threadpool_info
+
+    blas = ", ".join(
+        f"{i['internal_api']} {i.get('version')} ({i['num_threads']} threads)"
+        for i in threadpool_info()
+    )
+    print(f"# {title}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, python "
+        f"{platform.python_version()}, numpy {np.__version__}, scikit-learn "
+        f"{sklearn.__version__}; BLAS: {blas}"
+    )
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - start, result
