@@ -1,0 +1,785 @@
+"""The run log: JSON lines written by the trainer and read by the monitor (pure Python).
+
+A run log is an append-only file of UTF-8 JSON objects, one per line, each with
+``event``, ``run_id`` and ``time`` (unix seconds). It is the only contract between the
+trainer and the monitoring app: the monitor never talks to the cluster and never
+unpickles anything, it parses this text. The schema is documented in ``docs/runlog.md``
+and versioned by :data:`SCHEMA_VERSION` (written in every ``run_start``).
+
+- :class:`RunLogWriter` appends events, flushing after each one, so a reader sees every
+  finished event and at worst one torn last line.
+- :func:`read_events` reads a whole log and ignores a torn last line.
+- :class:`RunLogTail` follows a growing log, reading only the bytes appended since its
+  previous call.
+- :func:`summarize` turns the ``round`` events into idle fractions and parallel efficiency
+  (DESIGN.md, "Definitions").
+
+This module must not import Dask: it is in the core layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "SCORE_SOURCES",
+    "RunLogTail",
+    "RunLogWriter",
+    "new_run_id",
+    "read_events",
+    "summarize",
+    "to_json_native",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the event schema; bumped on any change a reader could trip over."""
+
+EVENT_TYPES = (
+    "run_start",
+    "score",
+    "partition",
+    "round",
+    "worker_lost",
+    "worker_joined",
+    "checkpoint",
+    "run_end",
+)
+SCORE_SOURCES = ("probe", "online")
+
+_RESERVED = ("event", "run_id", "time")
+_ROUND_WORKER_REQUIRED = ("rows", "steps", "busy_s", "comm_s")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A new run id: UTC time to the millisecond plus a random suffix.
+
+    Ids sort by creation time as strings, e.g. ``"20240601T123456.789Z-3f9a1c"``, and are
+    safe in file names.
+
+    Parameters
+    ----------
+    now : float, optional
+        Unix time to use instead of the current time.
+
+    Returns
+    -------
+    run_id : str
+    """
+    t = time.time() if now is None else float(now)
+    seconds, millis = divmod(round(t * 1000), 1000)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+    return f"{stamp}.{millis:03d}Z-{secrets.token_hex(3)}"
+
+
+def to_json_native(obj: Any) -> Any:
+    """Convert ``obj`` to plain JSON types (dict, list, str, int, float, bool, None).
+
+    Numpy scalars and arrays become Python numbers and lists, tuples and sets become
+    lists, dataclasses become dicts, paths become strings, and NaN and infinities become
+    None (JSON has no NaN, and ``null`` is what every JSON reader understands).
+
+    Raises
+    ------
+    TypeError
+        For anything else, so a bad value fails where it is logged, not in the reader.
+    """
+    # bool before int: bool is a subclass of int.
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.generic):
+        return to_json_native(obj.item())
+    if isinstance(obj, np.ndarray):
+        return to_json_native(obj.tolist())
+    if isinstance(obj, Mapping):
+        return {_json_key(k): to_json_native(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_json_native(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json_native(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, np.dtype):
+        return str(obj)
+    raise TypeError(
+        f"cannot write a {type(obj).__name__} to the run log; convert it to numbers, "
+        "strings, lists or dicts first"
+    )
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return str(int(key))
+    raise TypeError(f"run log object keys must be strings, got {type(key).__name__}")
+
+
+# --------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------
+
+
+class RunLogWriter:
+    """Append events to a JSON-lines run log.
+
+    Each event is encoded completely, then written with a single ``write`` of its bytes
+    and its newline, and flushed, so a reader polling the file sees whole events plus at
+    most one torn last line.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The log file; parent directories are created and an existing file is appended to.
+    run_id : str, optional
+        Written in every event; :func:`new_run_id` when not given.
+    fsync : bool, default=False
+        Also ``os.fsync`` after every event, so events survive a machine crash, at the
+        cost of a disk round trip per event (rounds last ~1 s, so it is affordable).
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    run_id : str
+
+    Examples
+    --------
+    >>> with RunLogWriter(tmp_path / "run.jsonl") as log:  # doctest: +SKIP
+    ...     log.run_start(config={}, workers=[], dataset={}, model={})
+    ...     log.run_end("completed", wall_s=1.5, summary={})
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, run_id: str | None = None, *, fsync: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.run_id = new_run_id() if run_id is None else str(run_id)
+        self.fsync = bool(fsync)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Dask callbacks (worker_lost, ...) may log from another thread than the round loop.
+        self._lock = threading.Lock()
+        self._file = open(self.path, "ab")  # closed by close() / __exit__
+        # A writer that died mid-event left a fragment without a newline. End it, so our
+        # first event starts on a line of its own; readers skip the fragment as invalid.
+        size = os.fstat(self._file.fileno()).st_size
+        if size > 0:
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    self._write_bytes(b"\n")
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _write_bytes(self, data: bytes) -> None:
+        with self._lock:
+            if self._file.closed:
+                raise ValueError(f"run log {self.path} is closed")
+            self._file.write(data)
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+
+    def write(self, event: str, *, timestamp: float | None = None, **fields: Any) -> dict:
+        """Append one event.
+
+        Parameters
+        ----------
+        event : str
+            Event type; :data:`EVENT_TYPES` are the schema's, others may be added by
+            later schema versions (readers ignore types they do not know).
+        timestamp : float, optional
+            Unix time of the event; now when not given.
+        **fields
+            The event's fields, converted by :func:`to_json_native`.
+
+        Returns
+        -------
+        record : dict
+            The JSON-native record as written.
+        """
+        if not isinstance(event, str) or not event:
+            raise ValueError(f"event must be a non-empty string, got {event!r}")
+        clash = [k for k in fields if k in _RESERVED]
+        if clash:
+            raise ValueError(f"fields {clash} are reserved for every event")
+        record = {
+            "event": event,
+            "run_id": self.run_id,
+            "time": time.time() if timestamp is None else float(timestamp),
+        }
+        record.update(fields)
+        record = to_json_native(record)
+        line = json.dumps(record, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        # JSON escapes newlines inside strings and UTF-8 never uses byte 0x0A inside a
+        # multi-byte character, so b"\n" only ever ends a record.
+        self._write_bytes(line.encode("utf-8") + b"\n")
+        return record
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock:
+            self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __enter__(self) -> RunLogWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- typed events ---------------------------------------------------------------
+
+    def run_start(
+        self,
+        config: Mapping[str, Any],
+        workers: Sequence[Mapping[str, Any]],
+        dataset: Mapping[str, Any],
+        model: Mapping[str, Any],
+        **extra: Any,
+    ) -> dict:
+        """Log the start of a run (writes :data:`SCHEMA_VERSION`).
+
+        Parameters
+        ----------
+        config : mapping
+            The run's configuration (trainer and strategy parameters).
+        workers : sequence of mapping
+            One ``{"name", "address", "nthreads", "memory"}`` per worker (memory in bytes).
+        dataset : mapping
+            At least ``{"n_samples", "n_features"}``; ``name`` and ``n_outputs`` if known.
+        model : mapping
+            At least ``{"layers", "n_params"}``.
+        **extra
+            Further fields.
+        """
+        return self.write(
+            "run_start",
+            schema_version=SCHEMA_VERSION,
+            config=config,
+            workers=workers,
+            dataset=dataset,
+            model=model,
+            **extra,
+        )
+
+    def score(
+        self,
+        round: int,
+        worker: str,
+        score: float,
+        source: str,
+        uncertainty: float | None = None,
+        **extra: Any,
+    ) -> dict:
+        """Log a worker's score (rows per second) after a probe or an online update.
+
+        Parameters
+        ----------
+        round : int
+            Round after which the score holds (-1 for a probe before the first round).
+        worker : str
+            Worker name.
+        score : float
+            Rows per second.
+        source : {"probe", "online"}
+            A dedicated probe task, or the timings of a training round.
+        uncertainty : float, optional
+            Standard error of the score, in rows per second.
+        """
+        if source not in SCORE_SOURCES:
+            raise ValueError(f"source must be one of {SCORE_SOURCES}, got {source!r}")
+        return self.write(
+            "score",
+            round=round,
+            worker=worker,
+            score=score,
+            source=source,
+            uncertainty=uncertainty,
+            **extra,
+        )
+
+    def partition(
+        self,
+        round: int,
+        rows: Mapping[str, int],
+        moves: Sequence[Any],
+        rows_moved: int,
+        seconds: float,
+        **extra: Any,
+    ) -> dict:
+        """Log a (re)partition of the rows.
+
+        Parameters
+        ----------
+        round : int
+            Round after which it took effect (-1 for the initial partition).
+        rows : mapping of str to int
+            Rows per worker after the partition.
+        moves : sequence
+            Transfers, each a ``(src, dst, rows)`` sequence or a mapping; written as
+            ``{"src", "dst", "rows"}`` objects.
+        rows_moved : int
+            Total rows transferred.
+        seconds : float
+            Wall time the re-partition took.
+        """
+        return self.write(
+            "partition",
+            round=round,
+            rows=rows,
+            moves=[_move_record(m) for m in moves],
+            rows_moved=rows_moved,
+            seconds=seconds,
+            **extra,
+        )
+
+    def round(
+        self,
+        round: int,
+        epoch: float,
+        wall_s: float,
+        merge_s: float,
+        loss: float | None,
+        val_score: float | None,
+        workers: Mapping[str, Mapping[str, Any]],
+        **extra: Any,
+    ) -> dict:
+        """Log one synchronous round.
+
+        Parameters
+        ----------
+        round : int
+            Round number, from 0.
+        epoch : int or float
+            Epoch the round belongs to.
+        wall_s : float
+            Driver time from broadcast to merged update.
+        merge_s : float
+            Driver time spent merging and applying the deltas.
+        loss : float or None
+            Training loss (mean of the workers' losses weighted by rows).
+        val_score : float or None
+            Validation score, if evaluated this round.
+        workers : mapping of str to mapping
+            Per worker ``rows``, ``steps``, ``busy_s``, ``comm_s`` (required) and
+            ``idle_s``, ``bytes_in``, ``bytes_out``. A missing ``idle_s`` is computed as
+            ``max(0, wall_s - busy_s - comm_s)``; missing byte counts are written as null.
+        """
+        per_worker = {}
+        for name, w in workers.items():
+            missing = [k for k in _ROUND_WORKER_REQUIRED if k not in w]
+            if missing:
+                raise ValueError(f"round {round}: worker {name!r} lacks {missing}")
+            entry = dict(w)
+            if entry.get("idle_s") is None:
+                entry["idle_s"] = _idle(wall_s, entry["busy_s"], entry["comm_s"])
+            entry.setdefault("bytes_in", None)
+            entry.setdefault("bytes_out", None)
+            per_worker[name] = entry
+        return self.write(
+            "round",
+            round=round,
+            epoch=epoch,
+            wall_s=wall_s,
+            merge_s=merge_s,
+            loss=loss,
+            val_score=val_score,
+            workers=per_worker,
+            **extra,
+        )
+
+    def worker_lost(
+        self, worker: str, round: int | None = None, reason: str | None = None, **extra: Any
+    ) -> dict:
+        """Log that a worker left (or failed); ``round`` is the round it was lost in."""
+        return self.write("worker_lost", worker=worker, round=round, reason=reason, **extra)
+
+    def worker_joined(
+        self,
+        worker: str,
+        round: int | None = None,
+        address: str | None = None,
+        nthreads: int | None = None,
+        memory: int | None = None,
+        **extra: Any,
+    ) -> dict:
+        """Log that a worker joined; it takes part from the round after ``round``."""
+        return self.write(
+            "worker_joined",
+            worker=worker,
+            round=round,
+            address=address,
+            nthreads=nthreads,
+            memory=memory,
+            **extra,
+        )
+
+    def checkpoint(self, round: int, path: str | os.PathLike, **extra: Any) -> dict:
+        """Log that the state after ``round`` was saved to ``path``."""
+        return self.write("checkpoint", round=round, path=path, **extra)
+
+    def run_end(
+        self,
+        status: str,
+        wall_s: float,
+        summary: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        **extra: Any,
+    ) -> dict:
+        """Log the end of the run.
+
+        Parameters
+        ----------
+        status : str
+            ``"completed"``, ``"stopped"`` (early stopping or user request) or ``"failed"``.
+        wall_s : float
+            Wall time of the whole run.
+        summary : mapping, optional
+            Typically :func:`summarize` of the run's events.
+        reason : str, optional
+            Why it stopped or failed.
+        """
+        return self.write(
+            "run_end", status=status, wall_s=wall_s, summary=summary, reason=reason, **extra
+        )
+
+
+def _move_record(move: Any) -> Any:
+    if isinstance(move, Mapping):
+        return dict(move)
+    if isinstance(move, Sequence) and not isinstance(move, str) and len(move) == 3:
+        src, dst, rows = move
+        return {"src": src, "dst": dst, "rows": rows}
+    return move  # e.g. a dataclass; to_json_native turns it into an object
+
+
+def _idle(wall: Any, busy: Any, comm: Any) -> float | None:
+    wall, busy, comm = _num(wall), _num(busy), _num(comm)
+    if wall is None or busy is None:
+        return None
+    return max(0.0, wall - busy - (comm or 0.0))
+
+
+# --------------------------------------------------------------------------------------
+# Readers
+# --------------------------------------------------------------------------------------
+
+
+def _parse_lines(data: bytes, strict: bool) -> tuple[list[dict], int]:
+    """Parse complete lines; return the events and the number of invalid lines skipped."""
+    events: list[dict] = []
+    skipped = 0
+    for line in data.split(b"\n"):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)  # bytes are decoded as UTF-8 by json
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            if strict:
+                raise ValueError(f"invalid run log line: {line[:200]!r}")
+            skipped += 1
+            continue
+        events.append(record)
+    return events, skipped
+
+
+def read_events(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
+    """Read every event of a run log.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The log file.
+    strict : bool, default=False
+        Raise on an invalid complete line instead of skipping it.
+
+    Returns
+    -------
+    events : list of dict
+        In file order.
+
+    Notes
+    -----
+    The bytes after the last newline are a torn (still being written, or cut by a crash)
+    event and are ignored, whatever ``strict``. Without ``strict``, complete lines that
+    are not JSON objects with an ``event`` string are skipped too; they can only come
+    from a crash (a new writer ends the fragment with a newline) or corruption.
+    """
+    data = Path(path).read_bytes()
+    end = data.rfind(b"\n") + 1
+    return _parse_lines(data[:end], strict)[0]
+
+
+class RunLogTail:
+    """Follow a growing run log, parsing only what was appended since the last call.
+
+    It keeps the byte offset it has read up to and the bytes of an incomplete last line,
+    which it completes with the next call's bytes. It never reads a byte twice, so
+    polling a long run costs what was appended, not the size of the log.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The log file; it need not exist yet.
+    strict : bool, default=False
+        Raise on an invalid complete line instead of skipping it.
+    chunk_size : int, default=1 MiB
+        Most bytes read at once (bounds memory when catching up on a big log).
+
+    Attributes
+    ----------
+    offset : int
+        Bytes of the file consumed so far (including :attr:`pending_bytes`).
+    skipped : int
+        Invalid complete lines skipped so far.
+
+    Notes
+    -----
+    If the file is replaced or truncated (its inode changes or it shrinks below
+    ``offset``), the tail starts again from its beginning.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, *, strict: bool = False, chunk_size: int = 1 << 20
+    ) -> None:
+        if chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        self.path = Path(path)
+        self.strict = strict
+        self.chunk_size = int(chunk_size)
+        self.offset = 0
+        self.skipped = 0
+        self._pending = b""
+        self._inode: int | None = None
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of an incomplete last line held until its newline arrives."""
+        return len(self._pending)
+
+    def reset(self) -> None:
+        """Start again from the beginning of the file."""
+        self.offset = 0
+        self.skipped = 0
+        self._pending = b""
+        self._inode = None
+
+    def read_new(self) -> list[dict]:
+        """Events completed since the previous call (an empty list if none or no file)."""
+        try:
+            f = open(self.path, "rb")  # closed by the with below
+        except FileNotFoundError:
+            return []
+        events: list[dict] = []
+        with f:
+            st = os.fstat(f.fileno())
+            if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
+                self.reset()
+            self._inode = st.st_ino
+            # Read up to the size seen now; what is appended meanwhile waits for next call.
+            remaining = st.st_size - self.offset
+            f.seek(self.offset)
+            while remaining > 0:
+                chunk = f.read(min(self.chunk_size, remaining))
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                remaining -= len(chunk)
+                # Search only the new chunk for the last newline: the pending bytes have
+                # none by construction.
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0:
+                    self._pending += chunk
+                    continue
+                complete = self._pending + chunk[:cut]
+                self._pending = chunk[cut:]
+                parsed, skipped = _parse_lines(complete, self.strict)
+                events.extend(parsed)
+                self.skipped += skipped
+        return events
+
+
+# --------------------------------------------------------------------------------------
+# Summary
+# --------------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None for null, NaN or non-numbers."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _integral(x: float | None) -> float | int | None:
+    """Counts were summed as floats (they may be null); give whole ones back as int."""
+    return int(x) if x is not None and x.is_integer() else x
+
+
+def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) -> dict:
+    """Idle, speed and parallel efficiency of a run, from its ``round`` events.
+
+    Per DESIGN.md "Definitions": ``idle_i = max(0, wall − busy_i − comm_i)`` (the logged
+    ``idle_s`` is used when present); a worker's idle fraction is ``Σ idle_i / Σ wall``
+    over the rounds it took part in; ``speed_i = rows_i / busy_i``; a round's ideal time
+    is ``Σ rows_i / Σ speed_i``; parallel efficiency is ``Σ ideal / Σ wall``.
+
+    Parameters
+    ----------
+    events : sequence of dict
+        Events as :func:`read_events` returns them.
+    run_id : str, optional
+        Run to summarise; by default the run of the last event that has a run id.
+
+    Returns
+    -------
+    summary : dict
+        JSON-native. Keys: ``run_id``, ``rounds``, ``wall_s`` (Σ round wall), ``ideal_s``,
+        ``merge_s``, ``efficiency``, ``fastest_worker`` (highest mean speed, i.e.
+        ``Σ rows / Σ busy``), ``fastest_idle_fraction``, ``final_loss``,
+        ``final_val_score``, ``workers_lost``, ``workers_joined``, ``status`` (from
+        ``run_end``, else None) and ``workers``: per worker ``rounds``, ``rows``,
+        ``steps``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``, ``idle_fraction``,
+        ``mean_speed``, ``bytes_in``, ``bytes_out``. Ratios are None when undefined.
+
+    Notes
+    -----
+    A round in which no worker has both rows and a positive busy time has no ideal time
+    and is left out of the efficiency (both sums). Scaling every worker's ``rows`` by the
+    same factor leaves the ideal time unchanged, so whether the trainer logs rows per
+    round or shard sizes does not change the efficiency as long as it is consistent.
+    """
+    if run_id is None:
+        for e in reversed(events):
+            if isinstance(e.get("run_id"), str):
+                run_id = e["run_id"]
+                break
+    mine = [e for e in events if e.get("run_id") == run_id]
+
+    workers: dict[str, dict[str, Any]] = {}
+    n_rounds = 0
+    wall_total = ideal_total = wall_with_ideal = merge_total = 0.0
+    final_loss = final_val = None
+    for e in mine:
+        if e.get("event") != "round":
+            continue
+        wall = _num(e.get("wall_s"))
+        if wall is None:
+            continue
+        n_rounds += 1
+        wall_total += wall
+        merge_total += _num(e.get("merge_s")) or 0.0
+        final_loss = _num(e.get("loss"))
+        final_val = _num(e.get("val_score"))
+        round_rows = round_speed = 0.0
+        for name, w in (e.get("workers") or {}).items():
+            acc = workers.setdefault(
+                name,
+                {
+                    "rounds": 0,
+                    "rows": 0.0,
+                    "steps": 0.0,
+                    "busy_s": 0.0,
+                    "comm_s": 0.0,
+                    "idle_s": 0.0,
+                    "wall_s": 0.0,
+                    "bytes_in": None,
+                    "bytes_out": None,
+                    "_rows_timed": 0.0,
+                    "_busy_timed": 0.0,
+                },
+            )
+            rows = _num(w.get("rows")) or 0.0
+            busy = _num(w.get("busy_s"))
+            comm = _num(w.get("comm_s"))
+            idle = _num(w.get("idle_s"))
+            if idle is None:
+                idle = _idle(wall, busy, comm) or 0.0
+            acc["rounds"] += 1
+            acc["rows"] += rows
+            acc["steps"] += _num(w.get("steps")) or 0.0
+            acc["busy_s"] += busy or 0.0
+            acc["comm_s"] += comm or 0.0
+            acc["idle_s"] += idle
+            acc["wall_s"] += wall
+            for key in ("bytes_in", "bytes_out"):
+                b = _num(w.get(key))
+                if b is not None:
+                    acc[key] = (acc[key] or 0.0) + b
+            if rows > 0 and busy is not None and busy > 0:
+                acc["_rows_timed"] += rows
+                acc["_busy_timed"] += busy
+                round_rows += rows
+                round_speed += rows / busy
+        if round_speed > 0:
+            ideal_total += round_rows / round_speed
+            wall_with_ideal += wall
+
+    per_worker = {}
+    for name, acc in workers.items():
+        per_worker[name] = {
+            "rounds": acc["rounds"],
+            "rows": _integral(acc["rows"]),
+            "steps": _integral(acc["steps"]),
+            "busy_s": acc["busy_s"],
+            "comm_s": acc["comm_s"],
+            "idle_s": acc["idle_s"],
+            "wall_s": acc["wall_s"],
+            "idle_fraction": _ratio(acc["idle_s"], acc["wall_s"]),
+            "mean_speed": _ratio(acc["_rows_timed"], acc["_busy_timed"]),
+            "bytes_in": _integral(acc["bytes_in"]),
+            "bytes_out": _integral(acc["bytes_out"]),
+        }
+    fastest = None
+    speeds = [(w["mean_speed"], name) for name, w in per_worker.items() if w["mean_speed"]]
+    if speeds:
+        fastest = max(speeds, key=lambda s: s[0])[1]
+    status = None
+    for e in mine:
+        if e.get("event") == "run_end":
+            status = e.get("status")
+    return to_json_native(
+        {
+            "run_id": run_id,
+            "rounds": n_rounds,
+            "wall_s": wall_total,
+            "ideal_s": ideal_total,
+            "merge_s": merge_total,
+            "efficiency": _ratio(ideal_total, wall_with_ideal),
+            "fastest_worker": fastest,
+            "fastest_idle_fraction": per_worker[fastest]["idle_fraction"] if fastest else None,
+            "final_loss": final_loss,
+            "final_val_score": final_val,
+            "workers_lost": sum(e.get("event") == "worker_lost" for e in mine),
+            "workers_joined": sum(e.get("event") == "worker_joined" for e in mine),
+            "status": status,
+            "workers": per_worker,
+        }
+    )
