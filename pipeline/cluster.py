@@ -1,0 +1,225 @@
+"""Getting a Dask cluster: an emulated heterogeneous local one, or an existing one.
+
+:func:`local_cluster` starts a real ``distributed.LocalCluster`` with one worker process
+per requested speed; each worker emulates its relative speed with a duty-cycle throttle
+(:class:`pipeline.worker_tasks.SlowdownPlugin`). Workers are named neutrally
+(``worker-0``, ``worker-1``, ...): the scorer must measure speeds, never read them. The
+emulation is recorded in the cluster's ``emulation`` attribute and shown in its repr, so
+that every result computed on it can be labelled as emulated.
+
+:func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
+nothing) into a ``distributed.Client``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client, LocalCluster
+from distributed.security import Security
+from distributed.worker_memory import parse_memory_limit
+
+from pipeline.worker_tasks import SlowdownPlugin
+
+__all__ = ["Emulation", "EmulatedLocalCluster", "connect", "local_cluster"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """How a local cluster emulates heterogeneous workers.
+
+    Attributes
+    ----------
+    speeds : dict of str to float
+        Requested relative speed per worker name, as passed to :func:`local_cluster`.
+    slowdowns : dict of str to float
+        Slowdown factor ``k = max(speeds) / speed`` applied to each worker.
+    method : str
+        How the slowdown is applied.
+    """
+
+    speeds: dict[str, float]
+    slowdowns: dict[str, float]
+    method: str = "duty cycle: sleep (k-1) x thread CPU time of each compute chunk"
+
+    def __str__(self) -> str:
+        ratio = ":".join(f"{s:g}" for s in self.speeds.values())
+        return f"emulated speeds {ratio} ({self.method})"
+
+
+class EmulatedLocalCluster(LocalCluster):
+    """A ``LocalCluster`` whose workers emulate different speeds; see :func:`local_cluster`.
+
+    Attributes
+    ----------
+    emulation : Emulation
+        The emulated speeds and slowdowns by worker name.
+    """
+
+    emulation: Emulation | None = None
+
+    def _new_worker_name(self, worker_number: int) -> str:
+        # Workers added later by ``scale`` are named alike (and run unthrottled).
+        return f"worker-{worker_number}"
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        return f"{text[:-1]}, {self.emulation})" if self.emulation else text
+
+
+def _check_speeds(speeds: Iterable[float]) -> tuple[float, ...]:
+    if isinstance(speeds, (str, bytes)) or not isinstance(speeds, Iterable):
+        raise ValueError(f"speeds must be a sequence of positive numbers, got {speeds!r}")
+    speeds = tuple(speeds)
+    if len(speeds) == 0:
+        raise ValueError("speeds must hold at least one worker speed, got an empty sequence")
+    checked = []
+    for s in speeds:
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s) or s <= 0:
+            raise ValueError(f"every speed must be a positive finite number, got {speeds!r}")
+        checked.append(float(s))
+    return tuple(checked)
+
+
+def local_cluster(
+    speeds: Sequence[float] = (4, 2, 1),
+    threads_per_worker: int = 1,
+    *,
+    processes: bool = True,
+    dashboard_address: str | None = None,
+    silence_logs: int | bool = logging.WARNING,
+    memory_limit: str | float | None = "auto",
+    blas_threads: int | None = 1,
+    timeout: float = 60.0,
+    **kwargs: Any,
+) -> EmulatedLocalCluster:
+    """Start a local Dask cluster whose workers emulate the given relative speeds.
+
+    Parameters
+    ----------
+    speeds : sequence of float, default=(4, 2, 1)
+        One worker per entry; worker ``i`` runs at ``speeds[i] / max(speeds)`` of the
+        machine's speed (slowdown ``k_i = max(speeds) / speeds[i]``). Three workers at
+        4:2:1 need 1 + 0.5 + 0.25 = 1.75 cores; keep the sum of relative speeds times
+        ``threads_per_worker`` under the core count or contention distorts the ratios.
+    threads_per_worker : int, default=1
+        Threads of each worker.
+    processes : bool, default=True
+        One process per worker (separate GILs, as separate machines would have).
+    dashboard_address : str or None, default=None
+        Scheduler dashboard; None turns it off (tests, shared machines) and puts the
+        scheduler's remaining HTTP endpoints on a free port; ``":0"`` serves the dashboard
+        on a free port.
+    silence_logs : int or bool, default=logging.WARNING
+        Log level of the cluster's loggers, as for ``LocalCluster``.
+    memory_limit : str, float or None, default="auto"
+        Per worker; "auto" shares the machine's memory equally among the workers.
+    blas_threads : int or None, default=1
+        BLAS threads per worker process (see :class:`~pipeline.worker_tasks.SlowdownPlugin`).
+    timeout : float, default=60.0
+        Seconds to wait for all workers to start.
+    **kwargs
+        Passed on to ``distributed.LocalCluster``.
+
+    Returns
+    -------
+    cluster : EmulatedLocalCluster
+        Started, with all workers connected. Use it as a context manager or ``close()`` it.
+        Workers are named ``worker-0``, ``worker-1``, ... in the order of ``speeds``;
+        ``cluster.emulation`` records the emulated speeds.
+
+    Raises
+    ------
+    ValueError
+        If ``speeds`` is empty or holds anything but positive finite numbers.
+
+    Examples
+    --------
+    >>> from distributed import Client
+    >>> with local_cluster((4, 2, 1)) as cluster, Client(cluster) as client:  # doctest: +SKIP
+    ...     print(cluster.emulation)
+    emulated speeds 4:2:1 (duty cycle: ...)
+    """
+    speeds = _check_speeds(speeds)
+    n = len(speeds)
+    fastest = max(speeds)
+    names = [f"worker-{i}" for i in range(n)]
+    slowdowns = {name: fastest / s for name, s in zip(names, speeds)}
+    if memory_limit == "auto":
+        memory_limit = parse_memory_limit("auto", 1, n, logger=logger)
+
+    if dashboard_address is None:
+        # Without a dashboard the scheduler still serves /health and /metrics, on port 8787
+        # unless told otherwise: take a free port so that clusters side by side (tests, other
+        # users of a shared machine) do not fight over it.
+        scheduler_kwargs = dict(kwargs.pop("scheduler_kwargs", None) or {})
+        scheduler_kwargs.setdefault("dashboard_address", ":0")
+        kwargs["scheduler_kwargs"] = scheduler_kwargs
+
+    # Start with no worker, then add one spec per worker: each carries its own plugin, set
+    # up inside the worker before it accepts any task, so nothing ever runs unthrottled.
+    cluster = EmulatedLocalCluster(
+        n_workers=0,
+        threads_per_worker=threads_per_worker,
+        processes=processes,
+        dashboard_address=dashboard_address,
+        silence_logs=silence_logs,
+        memory_limit=memory_limit,
+        **kwargs,
+    )
+    try:
+        cluster.emulation = Emulation(dict(zip(names, speeds)), slowdowns)
+        template = cluster.new_spec
+        for name in names:
+            options = dict(template["options"])
+            options["plugins"] = [SlowdownPlugin(slowdowns[name], blas_threads=blas_threads)]
+            cluster.worker_spec[name] = {"cls": template["cls"], "options": options}
+        cluster.scale(n)
+        cluster.wait_for_workers(n, timeout=timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def connect(target: Client | str | Any | None = None, security: Security | None = None) -> Client:
+    """A ``distributed.Client`` for whatever names the cluster to use.
+
+    Parameters
+    ----------
+    target : Client, cluster, str or None, default=None
+        - a ``Client``: returned as is;
+        - a cluster object (``LocalCluster``, ``SLURMCluster``, ...): a new client of it;
+        - a scheduler address such as ``"tcp://10.0.0.5:8786"`` or ``"tls://..."``;
+        - None: the current default client if there is one, else a new client of a new
+          default ``LocalCluster`` (not emulated; see :func:`local_cluster` for that).
+    security : distributed.security.Security, optional
+        TLS settings for a scheduler address (``tls://``). Clusters bring their own.
+
+    Returns
+    -------
+    client : distributed.Client
+        Close it when done unless it is the client that was passed in.
+    """
+    if isinstance(target, Client):
+        return target
+    if target is None:
+        try:
+            return Client.current()
+        except ValueError:
+            return Client(security=security)
+    if isinstance(target, str):
+        return Client(target, security=security)
+    if hasattr(target, "scheduler_address"):
+        return Client(target)
+    raise TypeError(
+        "target must be a distributed.Client, a cluster, a scheduler address or None, "
+        f"got {type(target).__name__}"
+    )

@@ -1,0 +1,211 @@
+"""Tests of the emulated local cluster, the throttle and ``connect`` (real worker processes)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import psutil
+import pytest
+from distributed import Client
+from threadpoolctl import threadpool_info
+
+from pipeline.cluster import EmulatedLocalCluster, connect, local_cluster
+from pipeline.worker_tasks import (
+    ThrottleRecord,
+    current_slowdown,
+    get_slowdowns,
+    probe_task,
+    set_slowdown,
+    throttled,
+)
+
+
+def _spin(cpu_seconds: float) -> None:
+    """Burn about ``cpu_seconds`` of this thread's CPU time."""
+    start = time.thread_time()
+    x = 0
+    while time.thread_time() - start < cpu_seconds:
+        x += sum(range(1000))
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    with local_cluster((4, 2, 1)) as cluster, Client(cluster) as client:
+        yield cluster, client
+
+
+def _by_name(client: Client) -> dict[str, str]:
+    return {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+
+
+# ----------------------------------------------------------------- validation, no cluster
+@pytest.mark.parametrize(
+    "speeds",
+    [(), [], (1, 0), (2, -1), (1, math.nan), (1, math.inf), ("4", 1), (True, 1), 4, "421"],
+)
+def test_local_cluster_rejects_bad_speeds(speeds):
+    with pytest.raises(ValueError, match="speed"):
+        local_cluster(speeds)
+
+
+def test_speeds_may_be_any_iterable_of_numbers():
+    import numpy as np
+
+    from pipeline.cluster import _check_speeds
+
+    assert _check_speeds(np.array([4, 2, 1])) == (4.0, 2.0, 1.0)
+    assert _check_speeds(s for s in (3, 1.5)) == (3.0, 1.5)
+
+
+def test_throttle_sleeps_k_minus_one_times_thread_cpu():
+    start = time.perf_counter()
+    with throttled(slowdown=3) as record:
+        _spin(0.03)
+    wall = time.perf_counter() - start
+    assert isinstance(record, ThrottleRecord)
+    assert record.cpu_s >= 0.03
+    assert record.sleep_s == pytest.approx(2 * record.cpu_s)
+    assert wall >= record.cpu_s + record.sleep_s
+
+
+def test_throttle_outside_a_worker_is_a_no_op():
+    assert current_slowdown() == 1.0
+    with throttled() as record:
+        _spin(0.01)
+    assert record.sleep_s == 0.0
+
+
+@pytest.mark.parametrize("k", [0.5, 0, -1, math.nan, math.inf, "x"])
+def test_throttle_rejects_bad_slowdown(k):
+    with pytest.raises(ValueError, match="slowdown"):
+        with throttled(slowdown=k):
+            pass
+
+
+@pytest.mark.parametrize("out_activation", ["softmax", "logistic", "identity"])
+def test_probe_task_runs_real_steps_in_process(out_activation):
+    result = probe_task((6, 8, 3), seconds=0.15, batch_size=32, out_activation=out_activation)
+    assert result["steps"] >= 1
+    assert result["rows"] == 32 * result["steps"]
+    assert result["busy_s"] >= 0.15
+    assert result["speed"] == pytest.approx(result["rows"] / result["busy_s"])
+    assert set(result) == {"rows", "steps", "busy_s", "speed"}  # nothing about the slowdown
+
+
+def test_probe_task_accepts_sample_rows_and_checks_them():
+    import numpy as np
+
+    X = np.random.RandomState(0).standard_normal((10, 4))  # float64, fewer rows than a batch
+    result = probe_task((4, 5, 2), seconds=0.05, batch_size=16, X=X)
+    assert result["rows"] % 16 == 0
+    with pytest.raises(ValueError, match="X must have shape"):
+        probe_task((3, 5, 2), seconds=0.05, X=X)
+    with pytest.raises(ValueError, match="Y must have shape"):
+        probe_task((4, 5, 2), seconds=0.05, X=X, Y=np.zeros((10, 3)))
+
+
+# ------------------------------------------------------------------------ real cluster
+@pytest.mark.timeout(60)
+def test_local_cluster_starts_neutrally_named_single_thread_workers(emulated):
+    cluster, client = emulated
+    assert isinstance(cluster, EmulatedLocalCluster)
+    workers = client.scheduler_info()["workers"].values()
+    assert sorted(w["name"] for w in workers) == ["worker-0", "worker-1", "worker-2"]
+    assert [w["nthreads"] for w in workers] == [1, 1, 1]
+    # One process per worker, none of them the test process.
+    pids = client.run(os.getpid)
+    assert len(set(pids.values())) == 3 and os.getpid() not in pids.values()
+    assert cluster.emulation.speeds == {"worker-0": 4.0, "worker-1": 2.0, "worker-2": 1.0}
+    assert cluster.emulation.slowdowns == {"worker-0": 1.0, "worker-1": 2.0, "worker-2": 4.0}
+    assert "emulated speeds 4:2:1" in repr(cluster)
+
+
+@pytest.mark.timeout(60)
+def test_each_worker_gets_its_slowdown_and_one_blas_thread(emulated):
+    _, client = emulated
+    names = _by_name(client)
+    slowdowns = get_slowdowns(client)
+    assert {name: slowdowns[a] for name, a in names.items()} == {
+        "worker-0": 1.0,
+        "worker-1": 2.0,
+        "worker-2": 4.0,
+    }
+    blas = client.run(threadpool_info)
+    assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
+
+
+@pytest.mark.timeout(60)
+def test_throttle_on_a_worker_applies_that_workers_slowdown(emulated):
+    _, client = emulated
+    address = _by_name(client)["worker-1"]  # k = 2
+
+    # Nested, hence pickled by value: the worker need not import this test module.
+    def chunk():
+        start = time.perf_counter()
+        with throttled() as record:
+            cpu_start, x = time.thread_time(), 0
+            while time.thread_time() - cpu_start < 0.05:
+                x += sum(range(1000))
+        return record.cpu_s, record.sleep_s, time.perf_counter() - start
+
+    cpu, sleep, wall = client.submit(chunk, workers=[address], pure=False).result()
+    assert sleep == pytest.approx(cpu)
+    # Half the chunk's wall time (at least) is spent sleeping: CPU/wall <= 1/k.
+    assert cpu / wall <= 0.5 + 1e-6
+
+
+@pytest.mark.timeout(60)
+def test_set_slowdown_changes_one_running_worker_only(emulated):
+    _, client = emulated
+    names = _by_name(client)
+    before = get_slowdowns(client)
+    target = names["worker-1"]
+    try:
+        set_slowdown(client, target, 6)
+        after = get_slowdowns(client)
+        assert after[target] == 6.0
+        assert {a: k for a, k in after.items() if a != target} == {
+            a: k for a, k in before.items() if a != target
+        }
+        with pytest.raises(ValueError, match="slowdown"):
+            set_slowdown(client, target, 0.5)
+    finally:
+        set_slowdown(client, target, before[target])
+    assert get_slowdowns(client) == before
+
+
+@pytest.mark.timeout(60)
+def test_connect_accepts_client_cluster_address_and_none(emulated):
+    cluster, client = emulated
+    assert connect(client) is client
+    with connect(cluster) as c2:
+        assert c2.scheduler.address == cluster.scheduler_address
+    with connect(cluster.scheduler_address) as c3:
+        assert len(c3.scheduler_info()["workers"]) == 3
+    assert connect(None) is Client.current()
+    with pytest.raises(TypeError, match="target"):
+        connect(42)
+
+
+@pytest.mark.timeout(60)
+def test_local_cluster_threads_and_clean_close():
+    with local_cluster((1,), threads_per_worker=2) as cluster, Client(cluster) as client:
+        (worker,) = client.scheduler_info()["workers"].values()
+        assert worker["name"] == "worker-0" and worker["nthreads"] == 2
+        assert cluster.emulation.slowdowns == {"worker-0": 1.0}
+        pid = next(iter(client.run(os.getpid).values()))
+    assert cluster.status.name == "closed"
+    # The worker process is gone (allow the OS a moment to reap it).
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        assert time.monotonic() < deadline, "worker process survived close()"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,445 @@
+"""Tests of staging rows on workers and re-balancing them, on a real 3-process cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import staging
+from pipeline.staging import Shard, StagedData, equal_counts, rebalance, stage
+
+N, F = 3000, 5
+CLASS_P = (0.5, 0.3, 0.2)
+# chi-square critical value, 4 degrees of freedom ((3 shards - 1) * (3 classes - 1)), p=0.001
+CHI2_4DF_999 = 18.47
+
+
+@dataclass
+class Move:
+    source: str
+    destination: str
+    rows: int
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            # the scheduler's HTTP endpoints would otherwise try port 8787 (shared machine)
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def workers(client):
+    return sorted(client.scheduler_info()["workers"])
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(42)
+    X = rng.normal(size=(N, F)).astype(np.float32)
+    y = rng.choice(3, size=N, p=CLASS_P).astype(np.int64)
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(F)])
+    df["label"] = y
+    return X, y, df
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, data):
+    X, y, df = data
+    d = tmp_path_factory.mktemp("staging")
+    np.savez_compressed(d / "xy.npz", X=X, y=y, other=np.zeros(3))
+    np.savez(d / "train.npz", X_train=X, y_train=y, X_test=X[:10])  # stored, not deflated
+    df.to_parquet(d / "one.parquet", row_group_size=700)
+    (d / "dir").mkdir()
+    df.iloc[:1200].to_parquet(d / "dir" / "part-0.parquet", row_group_size=500)
+    df.iloc[1200:].to_parquet(d / "dir" / "part-1.parquet", row_group_size=500)
+    df.to_csv(d / "xy.csv", index=False)
+    return d
+
+
+def shares(workers, n=N, weights=(4, 2, 1)):
+    """Counts in proportion to ``weights`` (largest remainder), as the partitioner would."""
+    raw = np.array(weights, float) / sum(weights) * n
+    counts = np.floor(raw).astype(int)
+    counts[np.argsort(raw - counts)[::-1][: n - counts.sum()]] += 1
+    return dict(zip(workers, counts.tolist()))
+
+
+def audit(client, staged: StagedData, X, y) -> dict[str, Shard]:
+    """Fetch the shards (test only) and check ids, counts and contents against the source."""
+    shards = {w: client.gather(f) for w, f in staged.futures.items()}
+    # each shard lives on its own worker, and only there
+    who_has = client.who_has(list(staged.futures.values()))
+    assert {w: list(who_has[f.key]) for w, f in staged.futures.items()} == {
+        w: [w] for w in staged.futures
+    }
+    ids = np.concatenate([s.row_ids for s in shards.values()])
+    # sorted ids equal to 0..n-1: nothing lost, nothing duplicated
+    np.testing.assert_array_equal(np.sort(ids), np.arange(len(X)))
+    assert staged.n_rows == len(X)
+    for w, s in shards.items():
+        assert len(s) == staged.counts[w] > 0
+        assert s.row_ids.dtype == np.int64
+        assert s.X.dtype == np.float32 and s.X.flags.c_contiguous
+        np.testing.assert_array_equal(s.X, X[s.row_ids])
+        if y is not None:
+            np.testing.assert_array_equal(s.y, y[s.row_ids])
+    return shards
+
+
+def chi2_homogeneity(shards: dict[str, Shard], n_classes: int = 3) -> float:
+    table = np.array([np.bincount(s.y, minlength=n_classes) for s in shards.values()], float)
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    return float(((table - expected) ** 2 / expected).sum())
+
+
+# --------------------------------------------------------------------------- no cluster
+def test_equal_counts_hands_out_remainder_first():
+    assert equal_counts(10, ["a", "b", "c"]) == {"a": 4, "b": 3, "c": 3}
+    with pytest.raises(ValueError, match="no workers"):
+        equal_counts(10, [])
+
+
+def test_shard_rejects_arrays_of_different_lengths():
+    with pytest.raises(ValueError, match="disagree"):
+        Shard(X=np.zeros((3, 2)), y=np.zeros(2), row_ids=np.arange(3))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    width=st.integers(1, 4),
+    chunk_bytes=st.integers(1, 200),
+    compressed=st.booleans(),
+    data=st.data(),
+)
+def test_npz_streaming_keeps_exactly_the_wanted_rows(
+    tmp_path_factory, n, width, chunk_bytes, compressed, data
+):
+    # The chunk boundary logic of the streamed reader, with chunks as small as one row.
+    a = np.arange(n * width, dtype=np.float64).reshape(n, width)
+    path = tmp_path_factory.mktemp("npz") / "a.npz"
+    (np.savez_compressed if compressed else np.savez)(path, a=a)
+    wanted = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1)))), dtype=np.int64)
+    got = staging._npz_rows(str(path), "a", wanted, n, None, chunk_bytes)
+    np.testing.assert_array_equal(got, a[wanted])
+    # With an order, row wanted[i] lands at position order[i] (shard order).
+    order = np.random.default_rng(n).permutation(len(wanted))
+    got = staging._npz_rows(str(path), "a", wanted, n, order, chunk_bytes)
+    np.testing.assert_array_equal(got[order], a[wanted])
+
+
+def test_split_and_concat_keep_every_row():
+    s = Shard(
+        X=np.arange(20, dtype=np.float32).reshape(10, 2), y=np.arange(10), row_ids=np.arange(10)
+    )
+    head, tail = staging._shard_head(s, 7), staging._shard_tail(s, 3)
+    assert head.X.base is None  # copies: the old shard's buffers can be freed
+    joined = staging._concat_shards(None, head, tail)
+    np.testing.assert_array_equal(joined.row_ids, np.arange(10))
+    np.testing.assert_array_equal(joined.X, s.X)
+
+
+# --------------------------------------------------------------------------- staging
+SOURCES = [
+    "numpy",
+    "pandas-target",
+    "pandas-X-y",
+    "dask-array",
+    "dask-dataframe",
+    "npz",
+    "npz-train-keys",
+    "parquet-file",
+    "parquet-dir",
+    "csv",
+]
+
+
+def make_source(kind, data, files):
+    X, y, df = data
+    if kind == "numpy":
+        return (X, y), {}
+    if kind == "pandas-target":
+        return (df,), {"target": "label"}
+    if kind == "pandas-X-y":
+        return (df.drop(columns="label"), df["label"]), {}
+    if kind == "dask-array":
+        import dask.array as da
+
+        return (da.from_array(X, chunks=(700, 2)), da.from_array(y, chunks=1100)), {}
+    if kind == "dask-dataframe":
+        import dask.dataframe as dd
+
+        return (dd.from_pandas(df, npartitions=4),), {"target": "label"}
+    if kind == "npz":
+        return (files / "xy.npz",), {}
+    if kind == "npz-train-keys":
+        return (str(files / "train.npz"),), {}
+    if kind == "parquet-file":
+        return (files / "one.parquet",), {"target": "label"}
+    if kind == "parquet-dir":
+        return (files / "dir",), {"target": "label"}
+    return (files / "xy.csv",), {"target": "label"}
+
+
+@pytest.mark.parametrize("kind", SOURCES)
+def test_stage_every_source_gives_the_same_audited_shards(client, workers, data, files, kind):
+    X, y, _ = data
+    counts = shares(workers)
+    args, kwargs = make_source(kind, data, files)
+    staged = stage(client, *args, counts=counts, seed=7, **kwargs)
+    try:
+        assert staged.counts == counts and staged.n_features == F
+        assert staged.has_labels
+        shards = audit(client, staged, X, y)
+        # Same seed and counts -> the same rows on the same workers, whatever the source.
+        expected_ids = staging._permutation(7, N)
+        start = 0
+        for w, c in counts.items():
+            np.testing.assert_array_equal(shards[w].row_ids, expected_ids[start : start + c])
+            start += c
+        if kind in ("pandas-target", "parquet-file", "parquet-dir", "csv", "dask-dataframe"):
+            assert staged.feature_names == [f"f{i}" for i in range(F)]
+        # Intermediate blocks, pieces and the permutation are gone: only the shards remain.
+        expected = {f.key for f in staged.futures.values()}
+        assert _wait_for_keys(client, expected) == expected
+    finally:
+        staged.release()
+
+
+def test_default_counts_are_equal_and_classes_balanced(client, workers, data):
+    X, y, _ = data
+    staged = stage(client, X, y)
+    try:
+        assert staged.counts == {w: N // 3 for w in workers}
+        shards = audit(client, staged, X, y)
+        assert chi2_homogeneity(shards) < CHI2_4DF_999
+        np.testing.assert_array_equal(staged.unique_labels(), [0, 1, 2])
+    finally:
+        staged.release()
+
+
+def test_seed_decides_the_assignment(client, workers, data):
+    X, y, _ = data
+    a = stage(client, X, y, seed=1)
+    b = stage(client, X, y, seed=None)
+    try:
+        w = workers[0]
+        ids_a = client.gather(a.futures[w]).row_ids
+        ids_b = client.gather(b.futures[w]).row_ids
+        assert not np.array_equal(np.sort(ids_a), np.sort(ids_b))
+        assert isinstance(b.seed, int)
+    finally:
+        a.release()
+        b.release()
+
+
+def test_string_labels_from_csv(client, tmp_path):
+    df = pd.DataFrame({"a": np.arange(30.0), "cls": np.array(["x", "y", "z"] * 10)})
+    df.to_csv(tmp_path / "s.csv", index=False)
+    staged = stage(client, tmp_path / "s.csv", target="cls", seed=0)
+    try:
+        assert list(staged.unique_labels()) == ["x", "y", "z"]
+    finally:
+        staged.release()
+
+
+@pytest.mark.parametrize("name", ["one.parquet", "xy.npz", "xy.csv"])
+def test_shards_stay_in_memory_between_rounds(client, workers, data, files, tmp_path, name):
+    X, y, _ = data
+    path = tmp_path / name
+    path.write_bytes((files / name).read_bytes())
+    target = None if name.endswith(".npz") else "label"
+    staged = stage(client, path, counts=shares(workers), target=target)
+    try:
+        keys = {w: f.key for w, f in staged.futures.items()}
+        first = client.gather(staged.map_shards(_checksum))
+        os.remove(path)  # a task that re-read the file would now fail
+        for _ in range(2):
+            assert client.gather(staged.map_shards(_checksum)) == first
+        assert {w: f.key for w, f in staged.futures.items()} == keys
+    finally:
+        staged.release()
+
+
+def _checksum(shard: Shard) -> tuple[int, float]:
+    return len(shard), float(shard.X.sum(dtype=np.float64))
+
+
+# --------------------------------------------------------------------------- re-balancing
+def _transfer_snapshot(dask_worker):
+    return dask_worker.transfer_outgoing_bytes_total
+
+
+def _clear_incoming_log(dask_worker):
+    dask_worker.transfer_incoming_log.clear()
+
+
+def _incoming(dask_worker):
+    return [(e["who"], e["total"], list(e["keys"])) for e in dask_worker.transfer_incoming_log]
+
+
+def _cluster_keys(client) -> set:
+    return {k for keys in client.has_what().values() for k in keys}
+
+
+def _wait_for_keys(client, expected: set, timeout: float = 10) -> set:
+    deadline = time.monotonic() + timeout
+    while (keys := _cluster_keys(client)) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return keys
+
+
+def test_rebalance_moves_rows_worker_to_worker(client, workers, data, monkeypatch):
+    X, y, _ = data
+    a, b, c = workers
+    row_bytes = F * 4 + 8 + 8  # X float32 + y int64 + row id int64
+    staged = stage(client, X, y, counts={a: 2000, b: 1000, c: 0})  # c holds nothing
+    assert set(staged.futures) == {a, b}
+    audit(client, staged, X, y)
+    baseline = _cluster_keys(client) - {f.key for f in staged.futures.values()}
+
+    # 1. to a worker that held nothing, from two senders; the driver must not gather.
+    client.run(_clear_incoming_log)
+    out_before = client.run(_transfer_snapshot)
+
+    def no_gather(*args, **kwargs):
+        raise AssertionError("rebalance gathered data to the driver")
+
+    with monkeypatch.context() as m:
+        m.setattr(client, "gather", no_gather)
+        m.setattr(client, "_gather", no_gather)
+        old = staged
+        staged = rebalance(client, staged, [Move(a, c, 600), Move(b, c, 200)])
+    assert staged.counts == {a: 1400, b: 800, c: 800}
+    incoming = client.run(_incoming)
+    out_after = client.run(_transfer_snapshot)
+    from_a = sum(total for who, total, _ in incoming[c] if who == a)
+    from_b = sum(total for who, total, _ in incoming[c] if who == b)
+    # Each slice arrives at c straight from its sender (a Shard's sizeof is its arrays'
+    # bytes plus a few dozen bytes of object).
+    assert 600 * row_bytes <= from_a < 600 * row_bytes + 1024
+    assert 200 * row_bytes <= from_b < 200 * row_bytes + 1024
+    assert out_after[a] - out_before[a] == from_a
+    assert out_after[b] - out_before[b] == from_b
+    assert incoming[a] == [] and incoming[b] == []  # nothing else moved
+    assert all(f.status == "finished" for f in staged.futures.values())
+    del old
+    # Old shards and the moved slices are gone from the workers: only the new shards remain.
+    expected = baseline | {f.key for f in staged.futures.values()}
+    assert _wait_for_keys(client, expected) == expected
+    shards = audit(client, staged, X, y)
+    assert chi2_homogeneity(shards) < CHI2_4DF_999
+
+    # 2. empty b entirely, and a worker that receives then sends in the same plan.
+    staged = rebalance(client, staged, [Move(b, a, 800), Move(a, c, 1000), Move(c, b, 300)])
+    assert staged.counts == {a: 1200, c: 1500, b: 300}
+    audit(client, staged, X, y)
+
+    # 3. empty b again; b disappears from the placement.
+    staged = rebalance(client, staged, [Move(b, c, 300)])
+    assert staged.counts == {a: 1200, c: 1800}
+    assert b not in staged.futures
+    shards = audit(client, staged, X, y)
+    expected = baseline | {f.key for f in staged.futures.values()}
+    assert _wait_for_keys(client, expected) == expected
+    staged.release()
+
+
+def test_rebalance_checks_the_whole_plan_before_running(client, workers, data):
+    X, y, _ = data
+    a, b, c = workers
+    staged = stage(client, X, y, counts={a: 2000, b: 1000})
+    try:
+        with pytest.raises(ValueError, match="holds 1000"):
+            rebalance(client, staged, [Move(a, c, 10), Move(b, c, 1001)])
+        with pytest.raises(ValueError, match="unknown worker"):
+            rebalance(client, staged, [Move(a, "tcp://10.0.0.1:1", 10)])
+        with pytest.raises(ValueError, match="same"):
+            rebalance(client, staged, [Move(a, a, 10)])
+        with pytest.raises(ValueError, match="holds 0"):
+            rebalance(client, staged, [Move(c, a, 1)])
+        with pytest.raises(ValueError, match="non-negative"):
+            rebalance(client, staged, [Move(a, b, -1)])
+        audit(client, staged, X, y)  # nothing ran: the placement is intact
+        assert staged.counts == {a: 2000, b: 1000}
+    finally:
+        staged.release()
+
+
+# --------------------------------------------------------------------------- errors
+def test_missing_path_is_named(client, tmp_path):
+    missing = tmp_path / "nope.parquet"
+    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+        stage(client, missing, target="label")
+
+
+def test_unknown_extension(client, tmp_path):
+    path = tmp_path / "data.txt"
+    path.write_text("1,2\n")
+    with pytest.raises(ValueError, match=r"unknown file type.*\.npz.*\.parquet.*\.csv"):
+        stage(client, path)
+
+
+@pytest.mark.parametrize("where", ["csv", "parquet", "dataframe"])
+def test_missing_target_column_names_it_and_lists_columns(client, data, files, where):
+    _, _, df = data
+    source = {"csv": files / "xy.csv", "parquet": files / "one.parquet", "dataframe": df}[where]
+    with pytest.raises(ValueError, match=r"'lbl' not found.*\['f0', 'f1'.*'label'\]"):
+        stage(client, source, target="lbl")
+
+
+def test_npz_missing_key_lists_keys(client, files):
+    with pytest.raises(ValueError, match=r"'Z' not found.*'X'"):
+        stage(client, files / "xy.npz", x_key="Z")
+
+
+def test_non_numeric_feature_column(client, tmp_path):
+    pd.DataFrame({"a": [1.0, 2.0], "s": ["u", "v"]}).to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(TypeError, match=r"\['s'\].*target="):
+        stage(client, tmp_path / "s.csv")
+
+
+def test_length_mismatch(client, data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match="3000 rows but y has 2999"):
+        stage(client, X, y[:-1])
+    import dask.array as da
+
+    with pytest.raises(ValueError, match="3000 rows but y has 2999"):
+        stage(client, da.from_array(X, chunks=1000), da.from_array(y[:-1], chunks=1000))
+
+
+def test_bad_counts(client, workers, data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match="sum to 2999 but the data has 3000"):
+        stage(client, X, y, counts={workers[0]: 2999})
+    with pytest.raises(ValueError, match=r"unknown workers \['tcp://10.0.0.1:1'\]"):
+        stage(client, X, y, counts={workers[0]: 2000, "tcp://10.0.0.1:1": 1000})
+    with pytest.raises(ValueError, match="non-negative"):
+        stage(client, X, y, counts={workers[0]: 3001, workers[1]: -1})
+
+
+def test_labels_of_a_path_come_from_the_file(client, files, data):
+    _, y, _ = data
+    with pytest.raises(ValueError, match="target="):
+        stage(client, files / "xy.csv", y)
