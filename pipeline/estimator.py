@@ -17,6 +17,7 @@ Differences from scikit-learn, on purpose:
 
 from __future__ import annotations
 
+import os
 import warnings
 from numbers import Integral, Real
 
@@ -37,6 +38,14 @@ from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
 
 _HIDDEN_ACTIVATIONS = {"identity", "logistic", "tanh", "relu"}
+
+
+def _emulation_of(client) -> dict | None:
+    """The emulated heterogeneity of a local cluster, if any (recorded in the run log)."""
+    emulation = getattr(getattr(client, "cluster", None), "emulation", None)
+    if emulation is None:
+        return None
+    return {"speeds": list(emulation.speeds), "method": str(emulation.method)}
 
 
 def _as_dtype(dtype) -> np.dtype:
@@ -77,6 +86,13 @@ class _BaseBPNN(BaseEstimator):
             Options(Real, {np.inf}),
         ],
         "dtype": [StrOptions({"float32", "float64"}), type, np.dtype],
+        "client": "no_validation",
+        "partition": [StrOptions({"proportional", "equal"})],
+        "sync": [StrOptions({"hmdspt", "local", "bsp"})],
+        "rounds_per_epoch": [Interval(Integral, 1, None, closed="left")],
+        "block_momentum": [Interval(Real, 0, 1, closed="left")],
+        "compression": [StrOptions({"none", "float16", "topk"})],
+        "run_log": [None, str, os.PathLike],
     }
 
     def __init__(
@@ -105,6 +121,13 @@ class _BaseBPNN(BaseEstimator):
         epsilon=1e-8,
         n_iter_no_change=10,
         dtype="float32",
+        client=None,
+        partition="proportional",
+        sync="hmdspt",
+        rounds_per_epoch=4,
+        block_momentum=0.5,
+        compression="none",
+        run_log=None,
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -129,6 +152,13 @@ class _BaseBPNN(BaseEstimator):
         self.epsilon = epsilon
         self.n_iter_no_change = n_iter_no_change
         self.dtype = dtype
+        self.client = client
+        self.partition = partition
+        self.sync = sync
+        self.rounds_per_epoch = rounds_per_epoch
+        self.block_momentum = block_momentum
+        self.compression = compression
+        self.run_log = run_log
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
@@ -137,6 +167,10 @@ class _BaseBPNN(BaseEstimator):
         # and rebind the views on load, so they keep sharing memory.
         state.pop("coefs_", None)
         state.pop("intercepts_", None)
+        # A live Client cannot be pickled and is not needed to predict: keep only an
+        # address string; a fitted model is plain arrays.
+        if state.get("client") is not None and not isinstance(state["client"], str):
+            state["client"] = None
         return state
 
     def __setstate__(self, state):
@@ -216,12 +250,10 @@ class _BaseBPNN(BaseEstimator):
             self.validation_scores_ = None
             self.best_validation_score_ = None
 
-    def _make_optimizer(self):
-        return make_optimizer(
-            self.solver,
-            self._model.n_params,
+    def _optimizer_kwargs(self) -> dict:
+        return dict(
+            solver=self.solver,
             learning_rate_init=self.learning_rate_init,
-            dtype=self._model.dtype,
             learning_rate=self.learning_rate,
             momentum=self.momentum,
             nesterovs_momentum=self.nesterovs_momentum,
@@ -229,6 +261,11 @@ class _BaseBPNN(BaseEstimator):
             beta_1=self.beta_1,
             beta_2=self.beta_2,
             epsilon=self.epsilon,
+        )
+
+    def _make_optimizer(self):
+        return make_optimizer(
+            n_params=self._model.n_params, dtype=self._model.dtype, **self._optimizer_kwargs()
         )
 
     def _batch_size(self, n_samples: int) -> int:
@@ -271,44 +308,94 @@ class _BaseBPNN(BaseEstimator):
 
         n_samples = X_train.shape[0]
         batch_size = self._batch_size(n_samples)
-        buffers = BatchBuffers(batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype)
+        self.n_iter_ = 0
         try:
-            self.n_iter_ = 0
-            for _ in range(self.max_iter):
-                order = self._random_state.permutation(n_samples) if self.shuffle else None
-                loss_sum, _steps = minibatch_pass(
-                    self._model, self._optimizer, X_train, Y_train, order, batch_size, buffers
-                )
-                self.n_iter_ += 1
-                self.loss_ = loss_sum / n_samples
-                self.t_ += n_samples
-                self.loss_curve_.append(self.loss_)
-                if self.verbose:
-                    print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
-                self._update_no_improvement_count(early_stopping, X_val, y_val)
-                self._optimizer.iteration_ends(self.t_)
-                if self._no_improvement_count > self.n_iter_no_change:
-                    what = "Validation score" if early_stopping else "Training loss"
-                    msg = (
-                        f"{what} did not improve more than tol={self.tol:f} for "
-                        f"{self.n_iter_no_change} consecutive epochs."
-                    )
-                    if self._optimizer.trigger_stopping(msg, self.verbose):
-                        break
-                    self._no_improvement_count = 0
+            if self.client is not None:
                 if incremental:
-                    break
-                if self.n_iter_ == self.max_iter:
-                    warnings.warn(
-                        f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached "
-                        "and the optimization hasn't converged yet.",
-                        ConvergenceWarning,
-                        stacklevel=5,
+                    raise ValueError("partial_fit runs in-process; set client=None")
+                self._fit_on_cluster(X_train, Y_train, X_val, y_val, batch_size)
+            else:
+                buffers = BatchBuffers(
+                    batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
+                )
+                for _ in range(self.max_iter):
+                    order = self._random_state.permutation(n_samples) if self.shuffle else None
+                    loss_sum, _steps = minibatch_pass(
+                        self._model,
+                        self._optimizer,
+                        X_train,
+                        Y_train,
+                        order,
+                        batch_size,
+                        buffers,
                     )
+                    if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
+                        break
+                    if incremental:
+                        break
         except KeyboardInterrupt:
-            warnings.warn("Training interrupted by user.", stacklevel=3)
+            warnings.warn("Training interrupted by user.", stacklevel=4)
         if early_stopping:
             self._model.set_params(self._best_params)
+
+    def _end_epoch(self, loss: float, n_samples: int, X_val, y_val) -> bool:
+        """Book-keeping after an epoch, as scikit-learn's MLP does it; True stops."""
+        self.n_iter_ += 1
+        self.loss_ = loss
+        self.t_ += n_samples
+        self.loss_curve_.append(self.loss_)
+        if self.verbose:
+            print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
+        self._update_no_improvement_count(self.early_stopping, X_val, y_val)
+        self._optimizer.iteration_ends(self.t_)
+        if self._no_improvement_count > self.n_iter_no_change:
+            what = "Validation score" if self.early_stopping else "Training loss"
+            msg = (
+                f"{what} did not improve more than tol={self.tol:f} for "
+                f"{self.n_iter_no_change} consecutive epochs."
+            )
+            if self._optimizer.trigger_stopping(msg, self.verbose):
+                return True
+            self._no_improvement_count = 0
+        if self.n_iter_ == self.max_iter:
+            warnings.warn(
+                f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached "
+                "and the optimization hasn't converged yet.",
+                ConvergenceWarning,
+                stacklevel=6,
+            )
+        return False
+
+    def _fit_on_cluster(self, X_train, Y_train, X_val, y_val, batch_size: int) -> None:
+        """Train through the HMDSPT round loop on ``self.client``'s cluster."""
+        from .cluster import connect
+        from .trainer import Trainer, TrainerConfig
+
+        client = connect(self.client)
+        seed = int(self._random_state.randint(np.iinfo(np.int32).max))
+        config = TrainerConfig(
+            sync=self.sync,
+            partition=self.partition,
+            rounds_per_epoch=self.rounds_per_epoch,
+            block_momentum=self.block_momentum,
+            compression=self.compression,
+            seed=seed,
+            run_log=None if self.run_log is None else os.fspath(self.run_log),
+            emulation=_emulation_of(client),
+        )
+        trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
+        # The trainer's driver optimizer carries the schedule (and bsp's state).
+        self._optimizer = trainer.driver_optimizer
+        if sparse.issparse(X_train):
+            X_train = X_train.toarray()
+
+        def on_epoch_end(epoch: int, loss: float) -> bool:
+            stop = self._end_epoch(loss, len(Y_train), X_val, y_val)
+            return stop or self.n_iter_ >= self.max_iter
+
+        trainer.fit(X_train, Y_train, self.max_iter, on_epoch_end=on_epoch_end)
+        self.training_report_ = trainer.report()
+        self.run_id_ = trainer.run_id
 
     def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
         if early_stopping:
@@ -725,6 +812,13 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         epsilon=1e-8,
         n_iter_no_change=10,
         dtype="float32",
+        client=None,
+        partition="proportional",
+        sync="hmdspt",
+        rounds_per_epoch=4,
+        block_momentum=0.5,
+        compression="none",
+        run_log=None,
     ):
         super().__init__(
             hidden_layer_sizes=hidden_layer_sizes,
@@ -750,6 +844,13 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             epsilon=epsilon,
             n_iter_no_change=n_iter_no_change,
             dtype=dtype,
+            client=client,
+            partition=partition,
+            sync=sync,
+            rounds_per_epoch=rounds_per_epoch,
+            block_momentum=block_momentum,
+            compression=compression,
+            run_log=run_log,
         )
         self.loss = loss
 

@@ -82,11 +82,16 @@ class Shard:
         Labels or targets in their source dtype; None for unlabelled data.
     row_ids : ndarray of shape (n_rows,), dtype int64
         Position of each row in the source data set.
+    done : ndarray of shape (n_rows,), dtype bool, optional
+        Rows already processed in the current epoch (training marks them). It travels
+        with the rows when they move, so every row is processed exactly once per epoch
+        even when shards change between rounds. All False when not given.
     """
 
     X: np.ndarray
     y: np.ndarray | None
     row_ids: np.ndarray
+    done: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.row_ids)
@@ -95,6 +100,8 @@ class Shard:
                 f"shard arrays disagree in length: X {len(self.X)}, "
                 f"y {None if self.y is None else len(self.y)}, row_ids {n}"
             )
+        if self.done is None:
+            self.done = np.zeros(n, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.row_ids)
@@ -108,7 +115,7 @@ class Shard:
     def nbytes(self) -> int:
         """Bytes of the arrays (what a transfer of the shard costs)."""
         y_bytes = 0 if self.y is None else self.y.nbytes
-        return self.X.nbytes + y_bytes + self.row_ids.nbytes
+        return self.X.nbytes + y_bytes + self.row_ids.nbytes + self.done.nbytes
 
     def __sizeof__(self) -> int:
         # dask.sizeof falls back to sys.getsizeof, which calls this: without it Dask
@@ -369,14 +376,21 @@ def _assemble_shard(
 def _shard_head(shard: Shard, n_keep: int) -> Shard:
     """The first ``n_keep`` rows, copied so the old buffers can be freed."""
     y = None if shard.y is None else shard.y[:n_keep].copy()
-    return Shard(X=shard.X[:n_keep].copy(), y=y, row_ids=shard.row_ids[:n_keep].copy())
+    return Shard(
+        X=shard.X[:n_keep].copy(),
+        y=y,
+        row_ids=shard.row_ids[:n_keep].copy(),
+        done=shard.done[:n_keep].copy(),
+    )
 
 
 def _shard_tail(shard: Shard, n_move: int) -> Shard:
     """The last ``n_move`` rows (a random sample: shards are in shuffled order)."""
     lo = len(shard) - n_move
     y = None if shard.y is None else shard.y[lo:].copy()
-    return Shard(X=shard.X[lo:].copy(), y=y, row_ids=shard.row_ids[lo:].copy())
+    return Shard(
+        X=shard.X[lo:].copy(), y=y, row_ids=shard.row_ids[lo:].copy(), done=shard.done[lo:].copy()
+    )
 
 
 def _concat_shards(base: Shard | None, *incoming: Shard) -> Shard:
@@ -391,6 +405,7 @@ def _concat_shards(base: Shard | None, *incoming: Shard) -> Shard:
         X=np.concatenate([s.X for s in parts]),
         y=None if ys[0] is None else np.concatenate(ys),
         row_ids=np.concatenate([s.row_ids for s in parts]),
+        done=np.concatenate([s.done for s in parts]),
     )
 
 

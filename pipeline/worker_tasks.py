@@ -26,12 +26,13 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import WorkerPlugin, get_worker
 
-from pipeline.nn import MLP, AdamOptimizer
+from pipeline.merge import ErrorFeedback, compress
+from pipeline.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
@@ -309,3 +310,179 @@ def probe_task(
         busy = time.perf_counter() - busy_start
     rows = steps * batch_size
     return {"rows": rows, "steps": steps, "busy_s": busy, "speed": rows / busy}
+
+
+# ----------------------------------------------------------------------------------
+# The training round (one task per worker per round)
+# ----------------------------------------------------------------------------------
+# Per-run state kept in the worker process between rounds: the model object (its work
+# buffers), the local optimizer (its moments), the error-feedback residual and the RNG.
+# Keyed by run id; dropped by ``drop_run_state`` when the fit ends.
+_RUN_STATE: dict[str, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """What a worker needs to know for one round (small; pickled per task).
+
+    Attributes
+    ----------
+    run_id : str
+        Key of the per-run state on the worker.
+    layer_sizes, hidden_activation, out_activation, alpha, dtype
+        The model (see :class:`pipeline.nn.MLP`).
+    optimizer : dict
+        Keyword arguments of :func:`pipeline.nn.make_optimizer` (with ``solver``).
+    batch_size : int
+        Local mini-batch size.
+    mode : {"delta", "gradient"}
+        ``"delta"``: local mini-batch steps, return ``w_i - w_t`` (hmdspt, local).
+        ``"gradient"``: one gradient over the round's rows, return it (bsp).
+    new_epoch : bool
+        First round of an epoch: every row of the shard becomes due again.
+    rounds_left : int
+        Rounds left in the epoch including this one; the worker processes
+        ``ceil(due / rounds_left)`` of its due rows, so every row is processed exactly
+        once per epoch even when rows move between rounds.
+    learning_rate : float
+        Current step size of the driver's schedule (SGD schedules).
+    compression : str
+        ``"none"``, ``"float16"`` or ``"topk"`` (with error feedback).
+    topk : float
+        Fraction kept by ``"topk"``.
+    seed : int
+        Seeds the worker's row order (with the worker address and round).
+    chunk_batches : int
+        Mini-batches per throttled compute chunk.
+    return_row_ids : bool
+        Also return the source ids of the rows processed (audits and tests).
+    """
+
+    run_id: str
+    layer_sizes: tuple[int, ...]
+    hidden_activation: str
+    out_activation: str
+    alpha: float
+    dtype: str
+    optimizer: dict
+    batch_size: int
+    mode: str
+    new_epoch: bool
+    rounds_left: int
+    learning_rate: float
+    compression: str = "none"
+    topk: float = 0.1
+    seed: int = 0
+    round: int = 0
+    chunk_batches: int = 16
+    return_row_ids: bool = False
+
+
+def _state_for(spec: RoundSpec) -> dict[str, Any]:
+    state = _RUN_STATE.get(spec.run_id)
+    if state is None:
+        # bsp workers return data gradients only: the driver adds the L2 term once.
+        alpha = 0.0 if spec.mode == "gradient" else spec.alpha
+        model = MLP(
+            spec.layer_sizes,
+            spec.hidden_activation,
+            spec.out_activation,
+            alpha,
+            np.dtype(spec.dtype),
+        )
+        optimizer = make_optimizer(n_params=model.n_params, dtype=model.dtype, **spec.optimizer)
+        state = {
+            "model": model,
+            "optimizer": optimizer,
+            "feedback": ErrorFeedback(spec.compression, k=spec.topk)
+            if spec.compression != "none"
+            else None,
+            "buffers": BatchBuffers(
+                spec.batch_size, spec.layer_sizes[0], spec.layer_sizes[-1], model.dtype
+            ),
+        }
+        _RUN_STATE[spec.run_id] = state
+    return state
+
+
+def drop_run_state(run_id: str) -> bool:
+    """Forget a run's state on this worker (call through ``client.run``)."""
+    return _RUN_STATE.pop(run_id, None) is not None
+
+
+def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
+    """One worker's part of one synchronous round.
+
+    Parameters
+    ----------
+    shard : pipeline.staging.Shard
+        The worker's rows (held in its memory between rounds); ``shard.y`` holds the
+        encoded targets. Its ``done`` mask records the rows already processed this epoch
+        and travels with the rows when they move.
+    params : ndarray
+        The global parameters ``w_t`` (broadcast once per round).
+    spec : RoundSpec
+        The round's settings.
+
+    Returns
+    -------
+    result : dict
+        ``payload`` (compressed delta or gradient), ``rows``, ``steps``, ``loss_sum``,
+        ``busy_s`` (compute wall seconds including emulation), ``due_left`` and
+        ``bytes_out``.
+    """
+    start = time.perf_counter()
+    state = _state_for(spec)
+    model, optimizer = state["model"], state["optimizer"]
+    if spec.new_epoch:
+        shard.done[:] = False
+    due = np.flatnonzero(~shard.done)
+    quota = -(-len(due) // max(spec.rounds_left, 1))
+    # Deterministic per shard and round, different across workers (first row id).
+    first_row = int(shard.row_ids[0]) if len(shard) else 0
+    rng = np.random.default_rng([spec.seed, spec.round, first_row])
+    rows = rng.permutation(due)[:quota] if quota else due[:0]
+    shard.done[rows] = True
+    model.set_params(params)
+    if hasattr(optimizer, "lr_schedule"):
+        optimizer.learning_rate = spec.learning_rate
+
+    loss_sum, steps = 0.0, 0
+    if spec.mode == "gradient":
+        if quota:
+            with throttled():
+                # n_total=1: the sum of the rows' data gradients; the driver divides.
+                loss_sum = model.loss_and_grad(shard.X[rows], shard.y[rows], n_total=1)
+            steps = 1
+        payload = compress(model.grad.copy(), "none")
+    else:
+        chunk = spec.batch_size * spec.chunk_batches
+        for lo in range(0, quota, chunk):
+            with throttled():
+                part_loss, part_steps = minibatch_pass(
+                    model,
+                    optimizer,
+                    shard.X,
+                    shard.y,
+                    rows[lo : lo + chunk],
+                    spec.batch_size,
+                    state["buffers"],
+                )
+            loss_sum += part_loss
+            steps += part_steps
+        delta = model.params  # reuse the buffer: w_i - w_t in place
+        delta -= params
+        feedback = state["feedback"]
+        payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
+    result = {
+        "payload": payload,
+        "rows": int(quota),
+        "steps": int(steps),
+        "loss_sum": float(loss_sum),
+        "busy_s": time.perf_counter() - start,
+        "due_left": int(len(due) - quota),
+        "bytes_out": int(payload.nbytes),
+    }
+    if spec.return_row_ids:
+        result["row_ids"] = shard.row_ids[rows]
+    return result

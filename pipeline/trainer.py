@@ -1,0 +1,565 @@
+"""The HMDSPT round loop on a Dask cluster: one loop, the strategies as parameters.
+
+One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
+:func:`pipeline.worker_tasks.round_task` on its own rows; the driver combines what comes
+back; timings update the scores; when the hysteresis rule says so, rows move worker to
+worker before the next round.
+
+The strategies differ only in three places, all parameters of the same loop:
+
+================  ==========================  =========================================
+``sync``          what a worker returns        how the driver combines
+================  ==========================  =========================================
+``"hmdspt"``      delta after local steps      step-normalised merge + block momentum,
+                                               after a warm-start pilot fit
+``"local"``       delta after local steps      plain row-weighted average (no momentum,
+                                               no warm start)
+``"bsp"``         gradient of its rows         summed into one global mini-batch
+                                               gradient; one optimizer step per round
+================  ==========================  =========================================
+
+``partition="proportional"`` gives rows in proportion to measured speed and re-balances;
+``"equal"`` gives equal shares and never moves rows.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from distributed import Client, wait
+
+from . import merge, partition, scoring, staging
+from .nn import MLP, make_optimizer, minibatch_pass
+from .runlog import RunLogWriter, new_run_id, summarize
+from .worker_tasks import RoundSpec, drop_run_state, round_task
+
+SYNC_MODES = ("hmdspt", "local", "bsp")
+PARTITION_MODES = ("proportional", "equal")
+COMPRESSION_MODES = ("none", "float16", "topk")
+
+
+class TrainingError(RuntimeError):
+    """The fit cannot go on (a worker failed or left, no workers)."""
+
+
+@dataclass
+class TrainerConfig:
+    """Settings of the round loop (the estimator fills it from its parameters).
+
+    Attributes
+    ----------
+    sync : {"hmdspt", "local", "bsp"}
+        Synchronisation strategy (module docstring).
+    partition : {"proportional", "equal"}
+        Row shares by measured speed, or equal.
+    rounds_per_epoch : int
+        Rounds an epoch is split into (``sync="bsp"``: one round per global mini-batch).
+    block_momentum : float
+        Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
+    block_lr : float
+        Step ``eta`` applied to the momentum (``sync="hmdspt"`` only).
+    compression : {"none", "float16", "topk"}
+        What workers send (top-k keeps ``topk`` of the entries, with error feedback).
+    topk : float
+        Fraction kept by top-k compression.
+    warm_start_rows, warm_start_epochs : int
+        Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
+    probe_seconds : float
+        Seconds of the initial speed probe on every worker.
+    rebalance_threshold : float
+        Re-balance only when the predicted round time improves by more than this
+        fraction (hysteresis).
+    min_rows : int
+        Fewest rows any worker keeps (so its speed keeps being measured).
+    seed : int
+        Seeds staging, row orders and the pilot.
+    record_row_ids : bool
+        Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
+        counts, per epoch, how often each row was processed (for audits and tests).
+    run_log : str or None
+        Path of the JSON-lines run log; None writes none.
+    emulation : dict or None
+        Description of emulated heterogeneity, recorded in the run log.
+    """
+
+    sync: str = "hmdspt"
+    partition: str = "proportional"
+    rounds_per_epoch: int = 4
+    block_momentum: float = 0.5
+    block_lr: float = 1.0
+    compression: str = "none"
+    topk: float = 0.1
+    warm_start_rows: int = 2000
+    warm_start_epochs: int = 2
+    probe_seconds: float = 1.0
+    rebalance_threshold: float = 0.05
+    min_rows: int = 1
+    seed: int = 0
+    run_log: str | None = None
+    emulation: dict | None = None
+    record_row_ids: bool = False
+
+    def validate(self) -> None:
+        for name, value, allowed in (
+            ("sync", self.sync, SYNC_MODES),
+            ("partition", self.partition, PARTITION_MODES),
+            ("compression", self.compression, COMPRESSION_MODES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if self.rounds_per_epoch < 1:
+            raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
+        if not 0 <= self.block_momentum < 1:
+            raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
+
+
+@dataclass
+class RoundRecord:
+    """What one round measured (also written to the run log)."""
+
+    round: int
+    epoch: int
+    wall_s: float
+    merge_s: float
+    loss_sum: float
+    rows: int
+    workers: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class Trainer:
+    """Runs the round loop for one fit.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        Client of the cluster to train on.
+    model : MLP
+        The global model; its flat ``params`` vector is updated in place.
+    optimizer_kwargs : dict
+        Keyword arguments of :func:`pipeline.nn.make_optimizer` (with ``solver``).
+    batch_size : int
+        Mini-batch size (local batches; the global batch of ``sync="bsp"``).
+    config : TrainerConfig
+        The strategy and its settings.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        model: MLP,
+        optimizer_kwargs: dict,
+        batch_size: int,
+        config: TrainerConfig,
+    ) -> None:
+        config.validate()
+        self.client = client
+        self.model = model
+        self.optimizer_kwargs = dict(optimizer_kwargs)
+        self.batch_size = int(batch_size)
+        self.config = config
+        self.run_id = new_run_id()
+        self.scorer = scoring.OnlineScorer()
+        self.policy = partition.RebalancePolicy(
+            threshold=config.rebalance_threshold, min_rows=config.min_rows
+        )
+        self.momentum = merge.BlockMomentum(
+            momentum=config.block_momentum if config.sync == "hmdspt" else 0.0,
+            lr=config.block_lr if config.sync == "hmdspt" else 1.0,
+        )
+        # bsp steps a global optimizer on the driver; the others step local ones.
+        self.driver_optimizer = make_optimizer(
+            n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
+        )
+        self.staged: staging.StagedData | None = None
+        self.log: RunLogWriter | None = None
+        self.round_index = 0
+        self.history: list[RoundRecord] = []
+        self.rows_seen: dict[int, np.ndarray] = {}
+        self.n_rows = 0
+        self._names: dict[str, str] = {}
+        self._start = time.perf_counter()
+
+    # ------------------------------------------------------------------ set-up
+    def _workers(self) -> dict[str, dict]:
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        if not workers:
+            raise TrainingError("the cluster has no workers")
+        return workers
+
+    def _register(self, workers: dict[str, dict]) -> None:
+        for addr in sorted(workers):
+            info = workers[addr]
+            self._names[addr] = str(info.get("name", addr))
+            self.scorer.add_worker(addr, prior=info.get("nthreads", 1))
+
+    def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
+        addresses = sorted(workers)
+        if self.config.partition == "equal":
+            return partition.apportion(n_rows, {a: 1.0 for a in addresses}, self.config.min_rows)
+        probe = scoring.score_workers(
+            self.client,
+            self.model.layer_sizes,
+            seconds=self.config.probe_seconds,
+            batch_size=self.batch_size,
+            hidden_activation=self.model.hidden_activation,
+            out_activation=self.model.out_activation,
+            seed=self.config.seed,
+        )
+        for addr, speed in probe.items():
+            self.scorer.update_speed(addr, speed)
+            self._log("score", round=0, worker=self._names[addr], score=speed, source="probe")
+        return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+
+    def _pilot_fit(self, X_pilot: np.ndarray, Y_pilot: np.ndarray) -> None:
+        """Warm start: a short in-process fit on a small sample, before round one."""
+        optimizer = make_optimizer(
+            n_params=self.model.n_params, dtype=self.model.dtype, **self.optimizer_kwargs
+        )
+        rng = np.random.default_rng(self.config.seed)
+        for _ in range(self.config.warm_start_epochs):
+            minibatch_pass(
+                self.model,
+                optimizer,
+                X_pilot,
+                Y_pilot,
+                rng.permutation(len(X_pilot)),
+                self.batch_size,
+            )
+
+    def _log(self, event: str, **fields: Any) -> None:
+        if self.log is not None:
+            getattr(self.log, event)(**fields)
+
+    # ------------------------------------------------------------------- fit
+    def fit(
+        self,
+        X: Any,
+        Y: np.ndarray,
+        max_epochs: int,
+        on_epoch_end: Callable[[int, float], bool] | None = None,
+        dataset: dict | None = None,
+    ) -> list[RoundRecord]:
+        """Train for up to ``max_epochs`` epochs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs (anything :func:`pipeline.staging.stage` accepts that is in memory).
+        Y : ndarray of shape (n_samples, n_outputs)
+            Encoded targets, in the model's dtype.
+        max_epochs : int
+            Upper bound on epochs.
+        on_epoch_end : callable, optional
+            ``on_epoch_end(epoch, mean_loss) -> stop``: called after every epoch with
+            ``self.model.params`` current; returning True ends the fit.
+        dataset : dict, optional
+            Description recorded in the run log.
+
+        Returns
+        -------
+        history : list of RoundRecord
+        """
+        cfg = self.config
+        n_rows = self.n_rows = len(Y)
+        if cfg.run_log:
+            self.log = RunLogWriter(cfg.run_log, run_id=self.run_id)
+        status, reason = "failed", None
+        try:
+            workers = self._workers()
+            self._register(workers)
+            self._log(
+                "run_start",
+                config={
+                    **{k: v for k, v in vars(cfg).items() if k != "run_log"},
+                    "batch_size": self.batch_size,
+                    **self.optimizer_kwargs,
+                },
+                workers=[
+                    {
+                        "name": self._names[a],
+                        "address": a,
+                        "nthreads": workers[a].get("nthreads"),
+                        "memory": workers[a].get("memory_limit"),
+                    }
+                    for a in sorted(workers)
+                ],
+                dataset={"n_rows": n_rows, "n_features": int(X.shape[1]), **(dataset or {})},
+                model={
+                    "layers": list(self.model.layer_sizes),
+                    "n_params": self.model.n_params,
+                    "hidden_activation": self.model.hidden_activation,
+                    "out_activation": self.model.out_activation,
+                },
+            )
+            counts = self._initial_counts(n_rows, workers)
+            t0 = time.perf_counter()
+            self.staged = staging.stage(
+                self.client, X, Y, counts=counts, seed=cfg.seed, dtype=self.model.dtype
+            )
+            self._log_partition(0, [], time.perf_counter() - t0)
+            if cfg.sync == "hmdspt" and cfg.warm_start_rows and cfg.warm_start_epochs:
+                sample = np.random.default_rng(cfg.seed).choice(
+                    n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
+                )
+                X_np = np.asarray(X)
+                self._pilot_fit(
+                    np.ascontiguousarray(X_np[np.sort(sample)], dtype=self.model.dtype),
+                    np.ascontiguousarray(Y[np.sort(sample)], dtype=self.model.dtype),
+                )
+            rounds_per_epoch = (
+                math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
+            )
+            for epoch in range(1, max_epochs + 1):
+                epoch_loss, epoch_rows = 0.0, 0
+                for r in range(rounds_per_epoch):
+                    record = self._round(epoch, r == 0, rounds_per_epoch - r)
+                    epoch_loss += record.loss_sum
+                    epoch_rows += record.rows
+                    self._maybe_rebalance()
+                if epoch_rows != n_rows:  # the exactly-once invariant of an epoch
+                    raise TrainingError(
+                        f"epoch {epoch} processed {epoch_rows} rows, expected {n_rows}"
+                    )
+                mean_loss = epoch_loss / n_rows
+                if on_epoch_end is not None and on_epoch_end(epoch, mean_loss):
+                    break
+            status = "completed"
+            return self.history
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, TrainingError):
+                raise
+            raise TrainingError(reason) from exc
+        finally:
+            self._finish(status, reason)
+
+    # ----------------------------------------------------------------- a round
+    def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
+        cfg = self.config
+        return RoundSpec(
+            run_id=self.run_id,
+            layer_sizes=self.model.layer_sizes,
+            hidden_activation=self.model.hidden_activation,
+            out_activation=self.model.out_activation,
+            alpha=self.model.alpha,
+            dtype=self.model.dtype.name,
+            optimizer=self.optimizer_kwargs,
+            batch_size=self.batch_size,
+            mode="gradient" if cfg.sync == "bsp" else "delta",
+            new_epoch=new_epoch,
+            rounds_left=rounds_left,
+            learning_rate=self.driver_optimizer.learning_rate,
+            compression=cfg.compression,
+            topk=cfg.topk,
+            seed=cfg.seed,
+            round=self.round_index,
+            return_row_ids=cfg.record_row_ids,
+        )
+
+    def _round(self, epoch: int, new_epoch: bool, rounds_left: int) -> RoundRecord:
+        self.round_index += 1
+        spec = self._spec(new_epoch, rounds_left)
+        start = time.perf_counter()
+        # Broadcast w_t once per round; every task depends on the same future.
+        try:
+            params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
+        except Exception as exc:
+            self._raise_if_workers_left(self.staged.futures)
+            raise TrainingError(f"broadcast of round {self.round_index} failed: {exc}") from exc
+        futures = {
+            self.client.submit(
+                round_task,
+                shard,
+                params_future,
+                spec,
+                workers=[addr],
+                allow_other_workers=False,
+                pure=False,
+            ): addr
+            for addr, shard in self.staged.futures.items()
+        }
+        results: dict[str, dict] = {}
+        arrived: dict[str, float] = {}
+        pending = set(futures)
+        while pending:
+            # Short waits: a pinned task whose worker left would wait forever otherwise.
+            done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+            for future in done:
+                addr = futures[future]
+                if future.status != "finished":
+                    raise TrainingError(
+                        f"worker {self._names.get(addr, addr)} failed in round "
+                        f"{self.round_index}: {future.exception()!r}"
+                    )
+                results[addr] = future.result()
+                arrived[addr] = time.perf_counter() - start
+            if pending:
+                self._raise_if_workers_left(futures[f] for f in pending)
+        merge_start = time.perf_counter()
+        self._apply(results)
+        merge_s = time.perf_counter() - merge_start
+        wall = time.perf_counter() - start
+        record = RoundRecord(
+            self.round_index,
+            epoch,
+            wall,
+            merge_s,
+            sum(r["loss_sum"] for r in results.values()),
+            sum(r["rows"] for r in results.values()),
+        )
+        dense_bytes = self.model.params.nbytes
+        for addr, res in results.items():
+            busy = res["busy_s"]
+            comm = max(arrived[addr] - busy, 0.0)  # driver-side: send w_t + return payload
+            idle = max(wall - busy - comm, 0.0)
+            record.workers[self._names[addr]] = {
+                "rows": res["rows"],
+                "steps": res["steps"],
+                "busy_s": busy,
+                "comm_s": comm,
+                "idle_s": idle,
+                "bytes_in": dense_bytes,
+                "bytes_out": res["bytes_out"],
+            }
+            if res["rows"]:
+                self.scorer.update(addr, res["rows"], busy)
+        if self.config.record_row_ids:
+            seen = self.rows_seen.setdefault(epoch, np.zeros(self.n_rows, dtype=np.int64))
+            for res in results.values():
+                np.add.at(seen, res["row_ids"], 1)
+        self.history.append(record)
+        self._log(
+            "round",
+            round=record.round,
+            epoch=epoch,
+            wall_s=wall,
+            merge_s=merge_s,
+            loss=record.loss_sum / max(record.rows, 1),
+            val_score=None,
+            workers=record.workers,
+        )
+        self.client.cancel(params_future)
+        return record
+
+    def _raise_if_workers_left(self, addresses) -> None:
+        """Stop with a message naming the workers that left the cluster, if any."""
+        present = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        gone = sorted(set(addresses) - present)
+        if gone:
+            names = ", ".join(self._names.get(a, a) for a in gone)
+            raise TrainingError(
+                f"worker {names} left the cluster during round {self.round_index}; its rows "
+                "are lost, so the fit stops (recovery is not implemented yet)"
+            )
+
+    def _apply(self, results: dict[str, dict]) -> None:
+        """Combine the workers' payloads into the global parameters (the strategy)."""
+        order = sorted(results)
+        payloads = [merge.decompress(results[a]["payload"]) for a in order]
+        rows = [results[a]["rows"] for a in order]
+        if self.config.sync == "bsp":
+            total = sum(rows)
+            if not total:
+                return
+            grad = self.model.grad
+            grad[...] = 0
+            for g in payloads:
+                grad += g
+            if self.model.alpha:  # the L2 term once for the global batch
+                grad += self.model._penalty * self.model.params
+            grad /= total
+            self.driver_optimizer.update(self.model.params, grad)
+            return
+        steps = [results[a]["steps"] for a in order]
+        if not any(r and s for r, s in zip(rows, steps)):
+            return
+        delta = merge.merge_deltas(
+            payloads, rows, steps, normalize_steps=self.config.sync == "hmdspt"
+        )
+        self.momentum.step(self.model.params, delta)
+
+    # -------------------------------------------------------------- rebalance
+    def _maybe_rebalance(self) -> None:
+        if self.config.partition != "proportional":
+            return
+        scores = {a: self.scorer.score(a) for a in self.staged.counts}
+        moves = self.policy.decide(dict(self.staged.counts), scores)
+        if not moves:
+            return
+        start = time.perf_counter()
+        self.staged = staging.rebalance(self.client, self.staged, moves)
+        for addr, speed in scores.items():
+            self._log(
+                "score",
+                round=self.round_index,
+                worker=self._names[addr],
+                score=speed,
+                source="online",
+                uncertainty=self.scorer.rel_std(addr),
+            )
+        self._log_partition(self.round_index, moves, time.perf_counter() - start)
+
+    def _log_partition(self, round_: int, moves: list, seconds: float) -> None:
+        self._log(
+            "partition",
+            round=round_,
+            rows={self._names[a]: int(n) for a, n in self.staged.counts.items()},
+            moves=[
+                (
+                    self._names.get(m.source, m.source),
+                    self._names.get(m.destination, m.destination),
+                    int(m.rows),
+                )
+                for m in moves
+            ],
+            rows_moved=int(sum(m.rows for m in moves)),
+            seconds=seconds,
+        )
+
+    # ------------------------------------------------------------------- end
+    def _finish(self, status: str, reason: str | None) -> None:
+        try:
+            self.client.run(drop_run_state, self.run_id)
+        except Exception:  # the cluster may be gone; nothing to clean then
+            pass
+        if self.staged is not None:
+            self.final_counts = dict(self.staged.counts)
+            self.staged.release()
+        if self.log is not None:
+            summary = summarize(read_back(self.log.path)) if status == "completed" else None
+            self._log(
+                "run_end",
+                status=status,
+                wall_s=time.perf_counter() - self._start,
+                summary=summary,
+                reason=reason,
+            )
+            self.log.close()
+
+    def report(self) -> dict[str, dict[str, float]]:
+        """Per worker: rows held, busy s, idle s, idle fraction, final score."""
+        totals: dict[str, dict[str, float]] = {}
+        wall = sum(r.wall_s for r in self.history)
+        for record in self.history:
+            for name, w in record.workers.items():
+                t = totals.setdefault(name, {"busy_s": 0.0, "comm_s": 0.0, "idle_s": 0.0})
+                for key in t:
+                    t[key] += w[key]
+        counts = getattr(self, "final_counts", {})
+        for addr, name in self._names.items():
+            t = totals.setdefault(name, {"busy_s": 0.0, "comm_s": 0.0, "idle_s": 0.0})
+            t["rows"] = int(counts.get(addr, 0))
+            t["idle_fraction"] = t["idle_s"] / wall if wall else 0.0
+            t["score"] = float(self.scorer.score(addr)) if addr in self.scorer.workers else 0.0
+        return totals
+
+
+def read_back(path) -> list[dict]:
+    from .runlog import read_events
+
+    return read_events(path)

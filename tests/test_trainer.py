@@ -1,0 +1,153 @@
+"""The round loop on a real (emulated heterogeneous) Dask cluster."""
+
+import os
+import pickle
+import signal
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline.cluster import local_cluster
+from pipeline.estimator import BPNNClassifier
+from pipeline.nn import MLP
+from pipeline.runlog import read_events
+from pipeline.trainer import Trainer, TrainerConfig, TrainingError
+
+
+@pytest.fixture(scope="module")
+def client():
+    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(
+        n_samples=4000, n_features=20, n_informative=10, n_classes=3, random_state=0
+    )
+    return X.astype(np.float32), y
+
+
+def _trainer(client, n_features, n_classes, **config):
+    model = MLP((n_features, 32, n_classes))
+    model.initialize(np.random.RandomState(0))
+    optimizer = dict(solver="adam", learning_rate_init=0.003)
+    return Trainer(client, model, optimizer, 128, TrainerConfig(**config))
+
+
+def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, data, tmp_path):
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    log = tmp_path / "run.jsonl"
+    # threshold 0: re-balance whenever the scores predict any gain, to move rows mid-epoch.
+    trainer = _trainer(
+        client,
+        20,
+        3,
+        rounds_per_epoch=3,
+        rebalance_threshold=0.0,
+        record_row_ids=True,
+        run_log=str(log),
+        probe_seconds=0.3,
+    )
+    trainer.fit(X, Y, max_epochs=3)
+    assert sorted(trainer.rows_seen) == [1, 2, 3]
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
+    moved = [e for e in read_events(log) if e["event"] == "partition" and e["rows_moved"] > 0]
+    assert moved, "the test needs at least one re-balance between rounds"
+    assert sum(trainer.final_counts.values()) == len(X)
+
+
+@pytest.mark.parametrize("sync", ["hmdspt", "local", "bsp"])
+def test_each_strategy_learns_in_the_same_loop(client, data, sync):
+    X, y = data
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    clf = BPNNClassifier(
+        (32,),
+        client=client,
+        sync=sync,
+        max_iter=4,
+        random_state=0,
+        batch_size=200,
+        rounds_per_epoch=2,
+        learning_rate_init=0.003,
+    )
+    clf.fit(X[:3000], y[:3000])
+    assert clf.n_iter_ == 4 and len(clf.loss_curve_) == 4
+    assert clf.loss_curve_[-1] < clf.loss_curve_[0]
+    assert clf.score(X[3000:], y[3000:]) > 0.6
+
+
+def test_cluster_fit_logs_every_round_and_reports_per_worker(client, data, tmp_path):
+    X, y = data
+    log = tmp_path / "fit.jsonl"
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    clf = BPNNClassifier(
+        (32,),
+        client=client,
+        max_iter=2,
+        rounds_per_epoch=2,
+        early_stopping=True,
+        random_state=0,
+        run_log=log,
+    )
+    clf.fit(X, y)
+    events = read_events(log)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end"
+    assert events[-1]["status"] == "completed"
+    assert kinds.count("round") == 4
+    assert {"score", "partition"} <= set(kinds)
+    rounds = [e for e in events if e["event"] == "round"]
+    for r in rounds:
+        assert set(r["workers"]) == {"worker-0", "worker-1"}
+        for w in r["workers"].values():
+            assert w["idle_s"] >= 0 and w["busy_s"] > 0
+    assert set(clf.training_report_) == {"worker-0", "worker-1"}
+    for w in clf.training_report_.values():
+        assert {"rows", "busy_s", "idle_s", "idle_fraction", "score"} <= set(w)
+    assert sum(w["rows"] for w in clf.training_report_.values()) == int(len(X) * 0.9)
+    # A model fitted on a cluster is plain arrays: it predicts locally and pickles.
+    clone = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(clone.predict(X), clf.predict(X))
+
+
+def test_bad_strategy_values_are_refused(client, data):
+    X, y = data
+    with pytest.raises(ValueError, match="'sync' parameter"):
+        BPNNClassifier(client=client, sync="async").fit(X, y)
+    with pytest.raises(ValueError, match="rounds_per_epoch must be >= 1"):
+        TrainerConfig(rounds_per_epoch=0).validate()
+
+
+def test_a_worker_that_disappears_ends_the_fit_with_a_clear_error(tmp_path):
+    X, y = make_classification(n_samples=20000, n_features=20, n_classes=2, random_state=0)
+    log = tmp_path / "lost.jsonl"
+    with local_cluster(speeds=(1, 1)) as cluster, Client(cluster) as c:
+        victim = next(iter(cluster.workers.values()))
+
+        def kill_after_first_round():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if log.exists() and any(e["event"] == "round" for e in read_events(log)):
+                    os.kill(victim.process.process.pid, signal.SIGKILL)  # really kill it
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_after_first_round)
+        killer.start()
+        clf = BPNNClassifier(
+            (64,), client=c, max_iter=50, rounds_per_epoch=4, run_log=log, random_state=0
+        )
+        with pytest.raises(TrainingError, match="worker-\\d (left the cluster|failed)"):
+            clf.fit(X, y)
+        killer.join()
+    end = read_events(log)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed" and end["reason"]
