@@ -388,7 +388,11 @@ class Trainer:
         pending = set(futures)
         while pending:
             # Short waits: a pinned task whose worker left would wait forever otherwise.
-            done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+            # (distributed's wait raises TimeoutError where concurrent.futures returns.)
+            try:
+                done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
             for future in done:
                 addr = futures[future]
                 if future.status != "finished":

@@ -15,11 +15,53 @@ def _hmdspt(*args, timeout=300):
     )
 
 
-def test_train_on_embedded_default_prints_accuracy():
-    result = _hmdspt("train", "--epochs", "20")
+def _accuracy(stdout: str) -> float:
+    return float(stdout.split("test accuracy:")[1].split()[0])
+
+
+def test_train_in_process_on_embedded_default():
+    result = _hmdspt("train", "--in-process", "--epochs", "3")
     assert result.returncode == 0, result.stderr
-    accuracy = float(result.stdout.split("test accuracy:")[1].split()[0])
-    assert accuracy > 0.9
+    assert _accuracy(result.stdout) > 0.8
+
+
+def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_path):
+    from pipeline.runlog import read_events
+
+    result = _hmdspt(
+        "train", "--epochs", "2", "--speeds", "2,1", "--hidden", "32", "--run-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "heterogeneity emulated on one machine" in result.stdout
+    assert "worker-0" in result.stdout and "worker-1" in result.stdout
+    assert _accuracy(result.stdout) > 0.5  # 10 classes: chance is 0.1
+    (log,) = tmp_path.glob("*.jsonl")
+    events = read_events(log)
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+
+
+def test_score_prints_speed_and_share_per_worker():
+    result = _hmdspt("score", "--speeds", "2,1", "--seconds", "0.5", "--rows", "3000")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("worker-")]
+    assert len(lines) == 2
+    shares = [int(line.split()[-1].replace(",", "")) for line in lines]
+    assert sum(shares) == 3000 and shares[0] > shares[1]
+
+
+def test_train_with_data_file_and_missing_target(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame(np.random.RandomState(0).rand(200, 3), columns=["a", "b", "c"])
+    frame["label"] = (frame["a"] > 0.5).astype(int)
+    path = tmp_path / "d.csv"
+    frame.to_csv(path, index=False)
+    result = _hmdspt("train", "--in-process", "--data", str(path), "--target", "nope")
+    assert result.returncode == 2
+    assert "'nope' not in" in result.stderr and "label" in result.stderr
+    result = _hmdspt("train", "--in-process", "--data", str(tmp_path / "missing.npz"))
+    assert result.returncode == 2 and "not found" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -28,6 +70,8 @@ def test_train_on_embedded_default_prints_accuracy():
         (["train", "--epochs", "0"], "expected a positive integer"),
         (["train", "--hidden", "64,-1"], "expected positive integers"),
         (["train", "--hidden", "abc"], "expected comma-separated integers"),
+        (["train", "--speeds", "4,-1"], "speeds must be positive numbers"),
+        (["score", "--speeds", "0"], "speeds must be positive numbers"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, message):
