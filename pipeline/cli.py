@@ -258,7 +258,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             "score": scores[a],
             "rows": shares[a],
         }
-        for a in sorted(scores)
+        for a in sorted(scores, key=lambda a: str(info[a].get("name", a)))
     ]
     _print_table(
         rows,
@@ -273,6 +273,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     )
     print(f"probe took {took:.2f} s")
     return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from app.cli import monitor_main
+
+    return monitor_main(args.runs_path, port=args.port, address=args.address, show=args.show)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,6 +335,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--seconds", type=float, default=2.0, help="probe seconds (default: 2)")
     score.set_defaults(func=cmd_score)
+
+    monitor = sub.add_parser("monitor", help="serve the Panel monitoring app for run logs")
+    monitor.add_argument("runs_path", help="a folder of run logs (*.jsonl) or one log")
+    monitor.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    monitor.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to bind (default: 127.0.0.1, this machine only)",
+    )
+    monitor.add_argument("--show", action="store_true", help="open a browser")
+    monitor.set_defaults(func=cmd_monitor)
     return parser
 
 

@@ -41,7 +41,7 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
 
 
 def test_score_prints_speed_and_share_per_worker():
-    result = _hmdspt("score", "--speeds", "2,1", "--seconds", "0.5", "--rows", "3000")
+    result = _hmdspt("score", "--speeds", "4,1", "--seconds", "1.5", "--rows", "3000")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("worker-")]
     assert len(lines) == 2

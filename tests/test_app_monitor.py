@@ -1,0 +1,351 @@
+"""Fast tests of the monitor (app/rundata.py, app/monitor.py): no browser, no server.
+
+The run logs are synthetic (scripts/synthetic_runlog.py, a test fixture) or written by
+hand with RunLogWriter where the expected numbers must be known exactly.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import panel as pn
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.monitor import Monitor, RunMonitor, dashboard  # noqa: E402
+from app.rundata import RunData, compare_runs, emulation_label, list_runs  # noqa: E402
+from pipeline.runlog import RunLogWriter, read_events, summarize  # noqa: E402
+from scripts.synthetic_runlog import make_log  # noqa: E402
+
+
+def _texts(viewable) -> str:
+    """All text of a rendered view's panes (Alert/HTML/Markdown objects), joined."""
+    out = []
+    stack = [viewable]
+    while stack:
+        v = stack.pop()
+        if hasattr(v, "objects"):
+            stack.extend(v.objects)
+        obj = getattr(v, "object", None)
+        if isinstance(obj, str):
+            out.append(obj)
+    return "\n".join(out)
+
+
+def _messages(viewable) -> list:
+    out, stack = [], [viewable]
+    while stack:
+        v = stack.pop()
+        if hasattr(v, "objects"):
+            stack.extend(v.objects)
+        if "hm-message" in (getattr(v, "css_classes", None) or []):
+            out.append(v)
+    return out
+
+
+def test_dashboard_builds_for_a_synthetic_log(tmp_path):
+    run = make_log(tmp_path / "runs" / "a.jsonl", 24, seed=1)
+    layout = dashboard(tmp_path / "runs", live=False)
+    layout.get_root()  # renders every Bokeh/Panel model: a broken view fails here
+    mon = layout.monitor.current
+    assert mon.data.n_rounds == 24
+    header = _texts(mon.header())
+    assert "rounds: 24" in header
+    assert "heterogeneity emulated on one machine" in header
+    assert run.run_id in header
+    # Every chart has data: timeline window, idle bars, loss, validation, shares, markers.
+    n_workers = 3
+    assert 0 < len(mon.seg_src["busy"].data["left"]) <= mon.timeline_rounds * n_workers
+    assert list(mon.idle_src.data["worker"]) == ["w0", "w1", "w2"]
+    assert len(mon.loss_src.data["t"]) == 24
+    assert len(mon.val_src.data["t"]) == 12  # every 2nd round
+    assert len(mon.rows_share_src.data["xs"]) == n_workers
+    kinds = set(mon.marker_src.data["kind"])
+    assert {"worker lost", "worker joined", "checkpoint"} <= kinds
+    # The idle bars are summarize()'s idle fractions.
+    s = summarize(read_events(run.path))
+    for name, pct in zip(mon.idle_src.data["worker"], mon.idle_src.data["idle_pct"]):
+        assert pct == pytest.approx(100 * s["workers"][name]["idle_fraction"])
+
+
+def test_incremental_summary_equals_summarize_of_the_whole_run(tmp_path):
+    path = tmp_path / "live.jsonl"
+    run = make_log(path, 10, status=None, seed=2)
+    data = RunData(path)
+    data.poll()
+    for k in (1, 4, 7):
+        run.rounds(k)
+        data.poll()
+    run.end()
+    data.poll()
+    full = summarize(read_events(path))
+    mine = data.summary()
+    assert mine["rounds"] == full["rounds"] == 22
+    for key in ("wall_s", "ideal_s", "efficiency", "fastest_idle_fraction"):
+        assert mine[key] == pytest.approx(full[key])
+    assert mine["fastest_worker"] == full["fastest_worker"]
+    for name, w in full["workers"].items():
+        for key in ("idle_fraction", "mean_speed", "busy_s", "idle_s"):
+            assert mine["workers"][name][key] == pytest.approx(w[key])
+
+
+def test_tail_updates_after_appending_and_reads_only_new_bytes(tmp_path):
+    path = tmp_path / "live.jsonl"
+    run = make_log(path, 12, status=None, events=False, seed=3)
+    mon = RunMonitor(path=str(path), timeline_rounds=5, shares_interval_s=0)
+    assert mon.data.n_rounds == 12
+    assert "rounds: 12" in _texts(mon.header())
+    segments = len(mon.seg_src["busy"].data["left"])
+    assert segments == 5 * 3  # the window's rounds only
+    revision, tick = mon.revision, mon.tick
+
+    size = path.stat().st_size
+    run.rounds(3)
+    appended = path.stat().st_size - size
+    upd = mon.poll()
+    assert upd.bytes_read == appended  # only what was appended, not the whole log
+    assert upd.rounds_from == 12
+    assert mon.data.n_rounds == 15
+    assert "rounds: 15" in _texts(mon.header())
+    assert mon.tick == tick + 1 and mon.revision == revision  # patched, not rebuilt
+    assert len(mon.loss_src.data["t"]) == 15
+    assert len(mon.seg_src["busy"].data["left"]) == 5 * 3  # rolled over
+    assert max(mon.seg_src["busy"].data["round"]) == 14
+    assert mon.score_share_src.data["xs"][0][-1] == 14  # online scores after round 14
+
+    assert mon.poll().events == 0  # nothing new: nothing read, nothing sent
+    run.end()
+    mon.poll()
+    assert mon.data.status == "completed"
+
+
+def test_torn_last_line_is_ignored_until_completed(tmp_path):
+    path = tmp_path / "torn.jsonl"
+    make_log(path, 6, status=None, events=False, seed=4).rounds(1).log.close()
+    # Cut the last event in two: the page shows 6 rounds until the rest arrives.
+    data = path.read_bytes()
+    start = data.rfind(b'{"event":"round"')
+    last = data[start : data.index(b"\n", start) + 1]
+    path.write_bytes(data[:start] + last[:40])
+    mon = RunMonitor(path=str(path))
+    assert mon.data.n_rounds == 6
+    text = _texts(mon.header())
+    assert "rounds: 6" in text
+    assert "incomplete (40 bytes)" in text
+    with open(path, "ab") as f:
+        f.write(last[40:])
+    mon.poll()
+    assert mon.data.n_rounds == 7 and mon.data.torn_bytes == 0
+    assert "incomplete" not in _texts(mon.header())
+
+
+def test_empty_log_gives_a_message_then_charts_when_events_arrive(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.touch()
+    mon = RunMonitor(path=str(path))
+    msgs = _messages(mon.header())
+    assert len(msgs) == 1 and "is empty" in msgs[0].object
+    revision = mon.revision
+    make_log(path, 3, status=None, seed=5)
+    mon.poll()
+    assert mon.revision > revision  # from a message to charts
+    assert "rounds: 3" in _texts(mon.header())
+    assert mon.charts() is not None
+
+
+def test_only_a_torn_line_gives_a_message(tmp_path):
+    path = tmp_path / "torn_only.jsonl"
+    path.write_bytes(b'{"event":"run_start","run_id":"r","ti')
+    text = _texts(RunMonitor(path=str(path)).header())
+    assert "no complete event yet" in text
+
+
+def test_failed_run_shows_status_and_reason(tmp_path):
+    path = tmp_path / "failed.jsonl"
+    make_log(path, 4, status="failed", reason="worker w1 died: <MemoryError>", seed=6)
+    mon = RunMonitor(path=str(path))
+    msgs = _messages(mon.header())
+    assert any("Run failed after 4 rounds" in m.object for m in msgs)
+    # Text from the log is escaped: a log is data, never markup.
+    assert any("&lt;MemoryError&gt;" in m.object for m in msgs)
+    assert "failed" in _texts(mon.header())
+
+
+def test_folder_without_logs_and_missing_path_give_messages(tmp_path):
+    (tmp_path / "empty_folder").mkdir()
+    for path, words in (
+        (tmp_path / "empty_folder", "No run logs"),
+        (tmp_path / "missing", "no run log or folder"),
+    ):
+        layout = dashboard(path, live=False)
+        layout.get_root()
+        view = layout.monitor.run_view()
+        assert words in view.object
+        assert layout.monitor.comparison.view().object.startswith("Comparing needs two")
+
+
+def test_new_log_in_the_folder_appears_and_is_selected(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    mon = Monitor(path=str(folder), live=False)
+    assert mon.current is None
+    make_log(folder / "new.jsonl", 2, seed=7)
+    mon.refresh_runs()
+    assert mon.run == str(folder / "new.jsonl")
+    assert mon.current.data.n_rounds == 2
+
+
+def test_list_runs_is_newest_first(tmp_path):
+    for i, name in enumerate(["b.jsonl", "a.jsonl", "c.jsonl"]):
+        make_log(tmp_path / name, 1, seed=i)
+        os.utime(tmp_path / name, (time.time() + i, time.time() + i))
+    (tmp_path / "notes.txt").write_text("not a log")
+    runs = list_runs(tmp_path)
+    assert [r.path.name for r in runs] == ["c.jsonl", "a.jsonl", "b.jsonl"]
+    assert runs[0].config["partition"] == "proportional" and runs[0].n_workers == 3
+    assert [r.path.name for r in list_runs(tmp_path / "a.jsonl")] == ["a.jsonl"]
+    with pytest.raises(FileNotFoundError):
+        list_runs(tmp_path / "missing")
+
+
+def test_a_file_with_two_runs_follows_the_last_one(tmp_path):
+    path = tmp_path / "two.jsonl"
+    make_log(path, 3, run_id="r1", seed=8)
+    data = RunData(path)
+    data.poll()
+    assert data.run_id == "r1" and data.n_rounds == 3
+    run = make_log(path, 2, run_id="r2", status=None, seed=9)
+    upd = data.poll()
+    assert upd.reset and data.run_id == "r2" and data.n_rounds == 2
+    assert data.run_ids == ["r1", "r2"]
+    run.rounds(1)
+    data.poll()
+    assert data.summary()["rounds"] == 3
+    # A chosen run can still be shown.
+    first = RunData(path, run_id="r1")
+    first.poll()
+    assert first.n_rounds == 3
+
+
+def test_emulation_label():
+    assert emulation_label({"emulated_speeds": [4, 2, 1]}).startswith(
+        "heterogeneity emulated on one machine (speeds 4:2:1)"
+    )
+    assert emulation_label({"emulation": {"kind": "duty-cycle"}}) is not None
+    assert emulation_label({"emulated_speeds": None}) is None
+    assert emulation_label({"partition": "equal"}) is None
+    assert emulation_label(None) is None
+
+
+# --------------------------------------------------------------------------------------
+# Comparison on hand-made logs (numbers known exactly)
+# --------------------------------------------------------------------------------------
+
+
+def _hand_log(path, run_id, rounds, *, t0=1000.0, partition="proportional"):
+    """rounds: (wall, fast_busy, slow_busy, val) per round; comm 0.1 s for both workers."""
+    with RunLogWriter(path, run_id=run_id) as log:
+        log.run_start(
+            config={"partition": partition, "emulated_speeds": [2, 1]},
+            workers=[{"name": n, "address": "", "nthreads": 1, "memory": 0} for n in "fs"],
+            dataset={"n_samples": 300, "n_features": 4},
+            model={"layers": [4, 2], "n_params": 10},
+            timestamp=t0,
+        )
+        t = t0 + 1.0  # one second of probing before the first round
+        for r, (wall, fb, sb, val) in enumerate(rounds):
+            t += wall
+            workers = {
+                "f": {"rows": 200, "steps": 1, "busy_s": fb, "comm_s": 0.1},
+                "s": {"rows": 100, "steps": 1, "busy_s": sb, "comm_s": 0.1},
+            }
+            log.round(r, r, wall, 0.0, 1.0 / (r + 1), val, workers, timestamp=t)
+        log.run_end("completed", t - t0, timestamp=t)
+
+
+def test_comparison_numbers_on_hand_made_logs(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    # A: balanced. fast worker idle 0.1 of 1.2 per round; vals 0.70, 0.88, None, 0.90.
+    _hand_log(a, "A", [(1.2, 1.0, 1.0, 0.70), (1.2, 1.0, 1.0, 0.88),
+                       (1.2, 1.0, 1.0, None), (1.2, 1.0, 1.0, 0.90)])  # fmt: skip
+    # B: equal shares: the fast worker computes 0.5 s of a 2.1 s round (idle 1.5 s).
+    _hand_log(b, "B", [(2.1, 0.5, 2.0, 0.60), (2.1, 0.5, 2.0, 0.86),
+                       (2.1, 0.5, 2.0, 0.87), (2.1, 0.5, 2.0, None)],
+              partition="equal")  # fmt: skip
+    res = compare_runs(a, b)
+    ra, rb = res["runs"]
+    assert res["target_is_default"]
+    assert res["target"] == pytest.approx(0.87 - 0.01)  # lower best minus 0.01
+    assert ra["fastest_worker"] == rb["fastest_worker"] == "f"
+    assert ra["fastest_idle_fraction"] == pytest.approx(0.1 / 1.2)
+    assert rb["fastest_idle_fraction"] == pytest.approx(1.5 / 2.1)
+    # Time to target: from run_start to the end of the first round at or above 0.86.
+    assert ra["time_to_target_s"] == pytest.approx(1.0 + 2 * 1.2)
+    assert rb["time_to_target_s"] == pytest.approx(1.0 + 2 * 2.1)
+    # Final score: the last one logged (the last round of B has none).
+    assert ra["final_val_score"] == 0.90 and rb["final_val_score"] == 0.87
+    assert (ra["partition"], rb["partition"]) == ("proportional", "equal")
+
+    explicit = compare_runs(read_events(a), read_events(b), target=0.89)
+    assert not explicit["target_is_default"]
+    assert explicit["runs"][0]["time_to_target_s"] == pytest.approx(1.0 + 4 * 1.2)
+    assert explicit["runs"][1]["time_to_target_s"] is None
+
+    # The Compare tab shows the same numbers.
+    mon = Monitor(path=str(tmp_path), live=False)
+    cmp_ = mon.comparison
+    cmp_.run_a, cmp_.run_b = str(a), str(b)
+    html = cmp_.view().objects[0].object
+    assert "8.3 %" in html and "71.4 %" in html
+    assert "3.4 s" in html and "5.2 s" in html
+    assert "0.8600 (default" in html
+    cmp_.target = 0.89
+    assert "not reached" in cmp_.view().objects[0].object
+
+
+def test_comparison_without_validation_scores_says_so(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _hand_log(a, "A", [(1.2, 1.0, 1.0, None)])
+    _hand_log(b, "B", [(1.2, 1.0, 1.0, 0.5)])
+    res = compare_runs(a, b)
+    assert res["target"] is None
+    assert all(r["time_to_target_s"] is None for r in res["runs"])
+    assert math.isclose(res["runs"][1]["final_val_score"], 0.5)
+
+
+def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
+    from app.cli import monitor_main
+
+    assert monitor_main(tmp_path / "missing") == 2
+    assert "no run log or folder" in capsys.readouterr().err
+
+
+def test_odd_but_valid_json_events_do_not_break_the_page(tmp_path):
+    # Readers must ignore what they do not know and treat bad numbers as unknown.
+    lines = [
+        {"event": "run_start", "run_id": "r", "time": 10.0, "workers": "nope", "config": [1]},
+        {"event": "score", "run_id": "r", "time": 11.0, "worker": 5, "score": "fast"},
+        {"event": "partition", "run_id": "r", "time": 11.5, "rows": [1, 2], "moves": "x"},
+        {"event": "round", "run_id": "r", "time": "late", "wall_s": 1.0,
+         "workers": {"a": {"busy_s": "?", "comm_s": None, "rows": 3}}},
+        {"event": "round", "run_id": "r", "time": 13.0, "wall_s": None, "workers": []},
+        {"event": "round", "run_id": "r", "time": 14.0, "wall_s": 1.0, "loss": None,
+         "workers": {"a": {"busy_s": 0.5, "comm_s": 0.1, "rows": 3, "idle_s": None}}},
+        {"event": "worker_lost", "run_id": "r", "time": 15.0},
+        {"event": "checkpoint", "run_id": "r", "time": 15.5, "round": "1", "path": None},
+        {"event": "telemetry", "run_id": "r", "time": 16.0, "gpu": 1},
+        {"event": "run_end", "run_id": "r", "time": 17.0, "status": None, "reason": 42},
+    ]  # fmt: skip
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines) + "[1, 2]\nnot json\n")
+    mon = RunMonitor(path=str(path))
+    assert mon.data.n_rounds == 2
+    assert mon.data.skipped_lines == 2
+    text = _texts(mon.header())
+    assert "rounds: 2" in text and "not events" in text
+    pn.Column(mon.panel()).get_root()  # every chart renders
