@@ -369,7 +369,7 @@ class Trainer:
         try:
             params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
         except Exception as exc:
-            self._raise_if_workers_left(self.staged.futures)
+            self._raise_if_workers_left(self.staged.futures, grace_s=5.0)
             raise TrainingError(f"broadcast of round {self.round_index} failed: {exc}") from exc
         futures = {
             self.client.submit(
@@ -393,9 +393,13 @@ class Trainer:
                 done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            except Exception as exc:  # e.g. tasks cancelled because their worker died
+                self._raise_if_workers_left(futures.values(), grace_s=5.0)
+                raise TrainingError(f"round {self.round_index} failed: {exc}") from exc
             for future in done:
                 addr = futures[future]
                 if future.status != "finished":
+                    self._raise_if_workers_left(futures.values(), grace_s=5.0)
                     raise TrainingError(
                         f"worker {self._names.get(addr, addr)} failed in round "
                         f"{self.round_index}: {future.exception()!r}"
@@ -450,10 +454,19 @@ class Trainer:
         self.client.cancel(params_future)
         return record
 
-    def _raise_if_workers_left(self, addresses) -> None:
-        """Stop with a message naming the workers that left the cluster, if any."""
-        present = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        gone = sorted(set(addresses) - present)
+    def _raise_if_workers_left(self, addresses, grace_s: float = 0.0) -> None:
+        """Stop with a message naming the workers that left the cluster, if any.
+
+        ``grace_s``: after a failure, how long to give the scheduler to notice a death.
+        """
+        addresses = set(addresses)
+        deadline = time.monotonic() + grace_s
+        while True:
+            present = set(self.client.scheduler_info(n_workers=-1)["workers"])
+            gone = sorted(addresses - present)
+            if gone or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         if gone:
             names = ", ".join(self._names.get(a, a) for a in gone)
             raise TrainingError(
