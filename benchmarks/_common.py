@@ -42,6 +42,29 @@ def header(title: str) -> None:
     )
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine spent busy (hypervisor steal counts as busy)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    # Linux counts guest time inside user time already.
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal - t.guest - t.guest_nice
+
+
+def own_cpu_seconds(pids) -> float:
+    """CPU seconds used so far by the processes ``pids`` (gone ones count 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def timed(fn, *args, **kwargs) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn(*args, **kwargs)

@@ -21,30 +21,14 @@ import sys
 import time
 
 import numpy as np
-import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from distributed import Client  # noqa: E402
 
+from benchmarks._common import busy_cpu_seconds, own_cpu_seconds  # noqa: E402
 from pipeline.cluster import local_cluster  # noqa: E402
 from pipeline.scoring import score_workers  # noqa: E402
-
-
-def _busy_cpu_seconds() -> float:
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal - t.guest - t.guest_nice
-
-
-def _own_cpu_seconds(pids) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def epoch_task(layer_sizes, n_rows, batch_size, seed=0):
@@ -96,11 +80,11 @@ def main(argv=None) -> None:
         probe_walls = {}
         for seconds in args.seconds:
             for _ in range(args.repeats):
-                busy0, own0 = _busy_cpu_seconds(), _own_cpu_seconds(pids)
+                busy0, own0 = busy_cpu_seconds(), own_cpu_seconds(pids)
                 t0 = time.perf_counter()
                 scores = score_workers(client, layers, seconds=seconds, batch_size=args.batch_size)
                 wall = time.perf_counter() - t0
-                foreign = (_busy_cpu_seconds() - busy0 - (_own_cpu_seconds(pids) - own0)) / wall
+                foreign = (busy_cpu_seconds() - busy0 - (own_cpu_seconds(pids) - own0)) / wall
                 probe_walls[seconds] = wall
                 s = {names[a]: v for a, v in scores.items()}
                 slowest = min(s.values())

@@ -329,11 +329,19 @@ class MLP:
                 delta = prev
         # grad = (grad + alpha * W) / n, with the penalty on weights only.
         if self.alpha:
-            np.multiply(self.params, self._penalty, out=self._penalty_buf)
-            self.grad += self._penalty_buf
-            loss += 0.5 * float(np.dot(self._penalty_buf, self.params)) / n_total
+            loss += self.add_l2_gradient(self.grad) / n_total
         self.grad *= self.dtype.type(inv_n)
         return loss
+
+    def add_l2_gradient(self, grad: np.ndarray) -> float:
+        """Add ``alpha * W`` (weights only, not biases) to ``grad`` in place.
+
+        Returns the matching penalty ``0.5 * alpha * ||W||^2``, not yet divided by the
+        number of samples.
+        """
+        np.multiply(self.params, self._penalty, out=self._penalty_buf)
+        grad += self._penalty_buf
+        return 0.5 * float(np.dot(self._penalty_buf, self.params))
 
     def _data_loss(self, Y: np.ndarray, out: np.ndarray, buf: np.ndarray) -> float:
         """Mean data loss of a batch, as scikit-learn's LOSS_FUNCTIONS compute it.

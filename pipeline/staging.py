@@ -242,6 +242,45 @@ def _table_matrix(table: Any, features: Sequence[str], dtype: np.dtype) -> np.nd
     return out
 
 
+def _shard_from_blocks(
+    blocks: Iterable[tuple[int, Callable[[np.ndarray], tuple[np.ndarray, Any]]]],
+    features: Sequence[str],
+    target: str | None,
+    seed: int,
+    n_rows: int,
+    start: int,
+    stop: int,
+    dtype: np.dtype,
+    source: str,
+) -> Shard:
+    """Assemble this worker's shard from a file read block by block, in file order.
+
+    ``blocks`` yields ``(block_rows, take)`` where ``take(positions)`` returns the
+    features and target of those rows of the block; ``take`` is only called for blocks
+    holding rows of this shard, so readers may defer the actual read to it.
+    """
+    ids = _shard_ids(seed, n_rows, start, stop)
+    order, sorted_ids = _sorted_order(ids)
+    X = np.empty((len(ids), len(features)), dtype=dtype)
+    y_parts: list[np.ndarray] = []
+    done = 0
+    offset = 0
+    for block_rows, take in blocks:
+        upto = int(np.searchsorted(sorted_ids, offset + block_rows, side="left"))
+        if upto > done:
+            features_part, target_part = take(sorted_ids[done:upto] - offset)
+            # Written straight to shard order: no second full-size copy.
+            X[order[done:upto]] = features_part
+            if target is not None:
+                y_parts.append(target_part)
+            done = upto
+        offset += block_rows
+    if offset != n_rows or done != len(ids):
+        raise ValueError(f"{source} changed since staging began: {offset} rows, not {n_rows}")
+    y = _unsort(np.concatenate(y_parts), order) if target is not None else None
+    return Shard(X=X, y=y, row_ids=ids)
+
+
 def _read_parquet_shard(
     files: Sequence[str],
     features: Sequence[str],
@@ -255,31 +294,25 @@ def _read_parquet_shard(
     """Worker side of :func:`stage` for parquet: one row group at a time, ``take`` of ids."""
     import pyarrow.parquet as pq
 
-    ids = _shard_ids(seed, n_rows, start, stop)
-    order, sorted_ids = _sorted_order(ids)
     columns = [*features, target] if target is not None else list(features)
-    X = np.empty((len(ids), len(features)), dtype=dtype)
-    y_parts: list[np.ndarray] = []
-    done = 0
-    offset = 0
-    for path in files:
-        pf = pq.ParquetFile(path)
-        for g in range(pf.num_row_groups):
-            g_rows = pf.metadata.row_group(g).num_rows
-            upto = int(np.searchsorted(sorted_ids, offset + g_rows, side="left"))
-            if upto > done:
-                table = pf.read_row_group(g, columns=columns)
-                table = table.take(sorted_ids[done:upto] - offset)
-                # Written straight to shard order: no second full-size copy.
-                X[order[done:upto]] = _table_matrix(table, features, dtype)
-                if target is not None:
-                    y_parts.append(table.column(target).to_numpy(zero_copy_only=False))
-                done = upto
-            offset += g_rows
-    if offset != n_rows or done != len(ids):
-        raise ValueError(f"parquet data changed since staging began: {offset} rows, not {n_rows}")
-    y = _unsort(np.concatenate(y_parts), order) if target is not None else None
-    return Shard(X=X, y=y, row_ids=ids)
+
+    def row_groups():
+        for path in files:
+            pf = pq.ParquetFile(path)
+            for g in range(pf.num_row_groups):
+
+                def take(positions, pf=pf, g=g):
+                    table = pf.read_row_group(g, columns=columns).take(positions)
+                    y = None
+                    if target is not None:
+                        y = table.column(target).to_numpy(zero_copy_only=False)
+                    return _table_matrix(table, features, dtype), y
+
+                yield pf.metadata.row_group(g).num_rows, take
+
+    return _shard_from_blocks(
+        row_groups(), features, target, seed, n_rows, start, stop, dtype, "parquet data"
+    )
 
 
 def _read_csv_shard(
@@ -294,30 +327,23 @@ def _read_csv_shard(
     chunksize: int,
 ) -> Shard:
     """Worker side of :func:`stage` for CSV: chunked reading, keeping only own rows."""
-    ids = _shard_ids(seed, n_rows, start, stop)
-    order, sorted_ids = _sorted_order(ids)
     columns = [*features, target] if target is not None else list(features)
-    X = np.empty((len(ids), len(features)), dtype=dtype)
-    y_parts: list[np.ndarray] = []
-    done = 0
-    offset = 0
-    reader = pd.read_csv(
-        path, usecols=columns, dtype={c: dtype for c in features}, chunksize=chunksize
-    )
-    with reader:
-        for chunk in reader:
-            upto = int(np.searchsorted(sorted_ids, offset + len(chunk), side="left"))
-            if upto > done:
-                part = chunk.iloc[sorted_ids[done:upto] - offset]
-                X[order[done:upto]] = part[list(features)].to_numpy(dtype=dtype)
-                if target is not None:
-                    y_parts.append(part[target].to_numpy())
-                done = upto
-            offset += len(chunk)
-    if offset != n_rows or done != len(ids):
-        raise ValueError(f"{path} changed since staging began: {offset} rows, not {n_rows}")
-    y = _unsort(np.concatenate(y_parts), order) if target is not None else None
-    return Shard(X=X, y=y, row_ids=ids)
+
+    def chunks():
+        reader = pd.read_csv(
+            path, usecols=columns, dtype={c: dtype for c in features}, chunksize=chunksize
+        )
+        with reader:
+            for chunk in reader:
+
+                def take(positions, chunk=chunk):
+                    part = chunk.iloc[positions]
+                    y = part[target].to_numpy() if target is not None else None
+                    return part[list(features)].to_numpy(dtype=dtype), y
+
+                yield len(chunk), take
+
+    return _shard_from_blocks(chunks(), features, target, seed, n_rows, start, stop, dtype, path)
 
 
 def _take_block_rows(

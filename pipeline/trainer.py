@@ -35,7 +35,7 @@ from distributed import Client, wait
 
 from . import merge, partition, scoring, staging
 from .nn import MLP, make_optimizer, minibatch_pass
-from .runlog import RunLogWriter, new_run_id, summarize
+from .runlog import RunLogWriter, new_run_id, read_events, summarize
 from .worker_tasks import RoundSpec, drop_run_state, round_task
 
 SYNC_MODES = ("hmdspt", "local", "bsp")
@@ -488,7 +488,7 @@ class Trainer:
             for g in payloads:
                 grad += g
             if self.model.alpha:  # the L2 term once for the global batch
-                grad += self.model._penalty * self.model.params
+                self.model.add_l2_gradient(grad)
             grad /= total
             self.driver_optimizer.update(self.model.params, grad)
             return
@@ -548,7 +548,7 @@ class Trainer:
             self.final_counts = dict(self.staged.counts)
             self.staged.release()
         if self.log is not None:
-            summary = summarize(read_back(self.log.path)) if status == "completed" else None
+            summary = summarize(read_events(self.log.path)) if status == "completed" else None
             self._log(
                 "run_end",
                 status=status,
@@ -574,9 +574,3 @@ class Trainer:
             t["idle_fraction"] = t["idle_s"] / wall if wall else 0.0
             t["score"] = float(self.scorer.score(addr)) if addr in self.scorer.workers else 0.0
         return totals
-
-
-def read_back(path) -> list[dict]:
-    from .runlog import read_events
-
-    return read_events(path)
