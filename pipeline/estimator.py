@@ -18,6 +18,7 @@ Differences from scikit-learn, on purpose:
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from numbers import Integral, Real
 
@@ -38,6 +39,23 @@ from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
 
 _HIDDEN_ACTIVATIONS = {"identity", "logistic", "tanh", "relu"}
+
+
+def _is_dask_array(X) -> bool:
+    return type(X).__module__.startswith("dask.array") and hasattr(X, "map_blocks")
+
+
+def _blockwise(method, X, n_columns: int | None, dtype):
+    """Apply ``method`` to every row block of dask array ``X``; a dask array back.
+
+    ``n_columns`` is the width of the output, None for a 1-d output.
+    """
+    X = X.rechunk({1: -1})  # whole rows in every block
+    if n_columns is None:
+        return X.map_blocks(method, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype))
+    return X.map_blocks(
+        method, dtype=dtype, chunks=(X.chunks[0], (n_columns,)), meta=np.empty((0, 0), dtype)
+    )
 
 
 def _emulation_of(client) -> dict | None:
@@ -192,7 +210,7 @@ class _BaseBPNN(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return [int(s) for s in sizes]
 
-    def _fit(self, X, y, incremental: bool = False):
+    def _fit(self, X, y, incremental: bool = False, eval_set=None):
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -209,13 +227,36 @@ class _BaseBPNN(BaseEstimator):
                 f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
                 "fit again without warm_start."
             )
-        self._fit_stochastic(X, Y, incremental)
+        self._eval_set = self._validate_eval_set(eval_set)
+        try:
+            self._fit_stochastic(X, Y, incremental)
+        finally:
+            del self._eval_set  # held-out data is not part of the fitted model
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
                 " contain large values and need to be preprocessed."
             )
         return self
+
+    def _validate_eval_set(self, eval_set):
+        """Held-out ``(X, y)`` scored during the fit (``eval_curve_``, run log), or None."""
+        if eval_set is None:
+            return None
+        try:
+            X_eval, y_eval = eval_set
+        except (TypeError, ValueError):
+            raise ValueError("eval_set must be a pair (X, y)") from None
+        X_eval = validate_data(self, X_eval, accept_sparse=["csr", "csc"], reset=False)
+        y_eval = np.asarray(y_eval)
+        if len(y_eval) != X_eval.shape[0]:
+            raise ValueError(f"eval_set has {X_eval.shape[0]} rows in X but {len(y_eval)} in y")
+        return self._to_model_dtype(X_eval, self._model.dtype), y_eval
+
+    def _eval_score(self) -> float | None:
+        if self._eval_set is None:
+            return None
+        return self._score_unchecked(*self._eval_set)
 
     @staticmethod
     def _to_model_dtype(X, dtype: np.dtype):
@@ -309,6 +350,8 @@ class _BaseBPNN(BaseEstimator):
         n_samples = X_train.shape[0]
         batch_size = self._batch_size(n_samples)
         self.n_iter_ = 0
+        self.eval_curve_ = []
+        self._fit_start = time.perf_counter()
         try:
             if self.client is not None:
                 if incremental:
@@ -329,6 +372,7 @@ class _BaseBPNN(BaseEstimator):
                         batch_size,
                         buffers,
                     )
+                    self._record_eval(self._eval_score())
                     if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
                         break
                     if incremental:
@@ -337,6 +381,11 @@ class _BaseBPNN(BaseEstimator):
             warnings.warn("Training interrupted by user.", stacklevel=4)
         if early_stopping:
             self._model.set_params(self._best_params)
+
+    def _record_eval(self, score: float | None) -> float | None:
+        if score is not None:
+            self.eval_curve_.append((time.perf_counter() - self._fit_start, score))
+        return score
 
     def _end_epoch(self, loss: float, n_samples: int, X_val, y_val) -> bool:
         """Book-keeping after an epoch, as scikit-learn's MLP does it; True stops."""
@@ -393,7 +442,20 @@ class _BaseBPNN(BaseEstimator):
             stop = self._end_epoch(loss, len(Y_train), X_val, y_val)
             return stop or self.n_iter_ >= self.max_iter
 
-        trainer.fit(X_train, Y_train, self.max_iter, on_epoch_end=on_epoch_end)
+        def evaluate() -> float:
+            # eval_set if given, else the early-stopping split: logged per round.
+            if self._eval_set is not None:
+                return self._record_eval(self._eval_score())
+            return self._score_unchecked(X_val, y_val)
+
+        has_eval = self._eval_set is not None or X_val is not None
+        trainer.fit(
+            X_train,
+            Y_train,
+            self.max_iter,
+            on_epoch_end=on_epoch_end,
+            evaluate=evaluate if has_eval else None,
+        )
         self.training_report_ = trainer.report()
         self.run_id_ = trainer.run_id
 
@@ -433,7 +495,7 @@ class _BaseBPNN(BaseEstimator):
         return float(self._score_function(y, y_pred))
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, eval_set=None):
         """Fit the model to data matrix X and target(s) y.
 
         Parameters
@@ -443,13 +505,17 @@ class _BaseBPNN(BaseEstimator):
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             The target values (class labels in classification, real numbers in
             regression).
+        eval_set : tuple (X_eval, y_eval), optional
+            Held-out data scored during the fit (after every epoch in-process, after
+            rounds on a cluster, where the scores also go to the run log as
+            ``val_score``); the scores are in ``eval_curve_``. Not used for stopping.
 
         Returns
         -------
         self : object
             The fitted estimator.
         """
-        return self._fit(X, y, incremental=False)
+        return self._fit(X, y, incremental=False, eval_set=eval_set)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -542,6 +608,13 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Number of outputs.
     out_activation_ : str
         Output activation ("softmax" or "logistic").
+    eval_curve_ : list of (float, float)
+        ``(seconds since the fit began, score)`` on ``eval_set`` when one was given.
+    training_report_ : dict
+        After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
+        fraction and final score (samples/s).
+    run_id_ : str
+        After a fit on a cluster: the run's id in its run log.
 
     Examples
     --------
@@ -621,6 +694,13 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The predicted classes.
         """
         check_is_fitted(self)
+        if _is_dask_array(X):
+            width = (
+                None
+                if self.n_outputs_ == 1 or self.out_activation_ == "softmax"
+                else (self.n_outputs_)
+            )
+            return _blockwise(self.predict, X, width, self.classes_.dtype)
         return self._predict(X)
 
     def predict_proba(self, X):
@@ -637,6 +717,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             Probability of each class, ordered as in ``classes_``.
         """
         check_is_fitted(self)
+        if _is_dask_array(X):
+            width = 2 if self.n_outputs_ == 1 else self.n_outputs_
+            return _blockwise(self.predict_proba, X, width, self._model.dtype)
         y_pred = self._forward(X)
         if self.n_outputs_ == 1:
             p = y_pred.ravel()
@@ -777,6 +860,13 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Number of outputs.
     out_activation_ : str
         Output activation ("identity").
+    eval_curve_ : list of (float, float)
+        ``(seconds since the fit began, score)`` on ``eval_set`` when one was given.
+    training_report_ : dict
+        After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
+        fraction and final score (samples/s).
+    run_id_ : str
+        After a fit on a cluster: the run's id in its run log.
     """
 
     _parameter_constraints: dict = {
@@ -893,6 +983,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             The predicted values.
         """
         check_is_fitted(self)
+        if _is_dask_array(X):
+            width = None if self.n_outputs_ == 1 else self.n_outputs_
+            return _blockwise(self.predict, X, width, self._model.dtype)
         return self._predict(X)
 
     @_fit_context(prefer_skip_nested_validation=True)

@@ -78,6 +78,9 @@ class TrainerConfig:
         Fewest rows any worker keeps (so its speed keeps being measured).
     seed : int
         Seeds staging, row orders and the pilot.
+    eval_interval_s : float
+        Least seconds between two evaluations of ``evaluate`` (the last round of an
+        epoch is always evaluated), so bsp's many short rounds are not dominated by it.
     record_row_ids : bool
         Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
         counts, per epoch, how often each row was processed (for audits and tests).
@@ -103,6 +106,7 @@ class TrainerConfig:
     run_log: str | None = None
     emulation: dict | None = None
     record_row_ids: bool = False
+    eval_interval_s: float = 0.25
 
     def validate(self) -> None:
         for name, value, allowed in (
@@ -129,6 +133,7 @@ class RoundRecord:
     loss_sum: float
     rows: int
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
+    val_score: float | None = None
 
 
 class Trainer:
@@ -180,6 +185,7 @@ class Trainer:
         self.round_index = 0
         self.history: list[RoundRecord] = []
         self.rows_seen: dict[int, np.ndarray] = {}
+        self._last_eval = -np.inf
         self.n_rows = 0
         self._names: dict[str, str] = {}
         self._start = time.perf_counter()
@@ -243,6 +249,7 @@ class Trainer:
         max_epochs: int,
         on_epoch_end: Callable[[int, float], bool] | None = None,
         dataset: dict | None = None,
+        evaluate: Callable[[], float] | None = None,
     ) -> list[RoundRecord]:
         """Train for up to ``max_epochs`` epochs.
 
@@ -259,6 +266,9 @@ class Trainer:
             ``self.model.params`` current; returning True ends the fit.
         dataset : dict, optional
             Description recorded in the run log.
+        evaluate : callable, optional
+            ``evaluate() -> score`` of the current parameters on held-out data; logged as
+            the round's ``val_score`` (outside the round's wall time).
 
         Returns
         -------
@@ -317,7 +327,8 @@ class Trainer:
             for epoch in range(1, max_epochs + 1):
                 epoch_loss, epoch_rows = 0.0, 0
                 for r in range(rounds_per_epoch):
-                    record = self._round(epoch, r == 0, rounds_per_epoch - r)
+                    last = r == rounds_per_epoch - 1
+                    record = self._round(epoch, r == 0, rounds_per_epoch - r, evaluate, last)
                     epoch_loss += record.loss_sum
                     epoch_rows += record.rows
                     self._maybe_rebalance()
@@ -361,7 +372,14 @@ class Trainer:
             return_row_ids=cfg.record_row_ids,
         )
 
-    def _round(self, epoch: int, new_epoch: bool, rounds_left: int) -> RoundRecord:
+    def _round(
+        self,
+        epoch: int,
+        new_epoch: bool,
+        rounds_left: int,
+        evaluate: Callable[[], float] | None = None,
+        epoch_end: bool = False,
+    ) -> RoundRecord:
         self.round_index += 1
         spec = self._spec(new_epoch, rounds_left)
         start = time.perf_counter()
@@ -448,11 +466,22 @@ class Trainer:
             wall_s=wall,
             merge_s=merge_s,
             loss=record.loss_sum / max(record.rows, 1),
-            val_score=None,
+            val_score=self._evaluate(evaluate, epoch_end),
             workers=record.workers,
         )
         self.client.cancel(params_future)
         return record
+
+    def _evaluate(self, evaluate: Callable[[], float] | None, force: bool) -> float | None:
+        if evaluate is None:
+            return None
+        now = time.perf_counter()
+        if not force and now - self._last_eval < self.config.eval_interval_s:
+            return None
+        self._last_eval = now
+        score = float(evaluate())
+        self.history[-1].val_score = score
+        return score
 
     def _raise_if_workers_left(self, addresses, grace_s: float = 0.0) -> None:
         """Stop with a message naming the workers that left the cluster, if any.

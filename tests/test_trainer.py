@@ -151,3 +151,35 @@ def test_a_worker_that_disappears_ends_the_fit_with_a_clear_error(tmp_path):
         killer.join()
     end = read_events(log)[-1]
     assert end["event"] == "run_end" and end["status"] == "failed" and end["reason"]
+
+
+def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path):
+    X, y = data
+    log = tmp_path / "eval.jsonl"
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    clf = BPNNClassifier(
+        (32,), client=client, max_iter=3, rounds_per_epoch=2, run_log=log, random_state=0
+    )
+    clf.fit(X[:3000], y[:3000], eval_set=(X[3000:], y[3000:]))
+    logged = [e["val_score"] for e in read_events(log) if e["event"] == "round"]
+    scored = [s for s in logged if s is not None]
+    assert logged[1] is not None and logged[-1] is not None  # epoch ends always scored
+    assert [s for _, s in clf.eval_curve_] == pytest.approx(scored)
+    assert scored[-1] == pytest.approx(clf.score(X[3000:], y[3000:]))
+    times = [t for t, _ in clf.eval_curve_]
+    assert times == sorted(times)
+
+
+def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data):
+    import dask.array as da
+
+    X, y = data
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    clf = BPNNClassifier((16,), max_iter=3, random_state=0).fit(X, y)
+    dX = da.from_array(X, chunks=(700, 7))
+    labels = clf.predict(dX)
+    proba = clf.predict_proba(dX)
+    assert isinstance(labels, da.Array) and labels.numblocks == (6,)
+    np.testing.assert_array_equal(labels.compute(), clf.predict(X))
+    # float32: the softmax shift is per block, so agreement is to float32 rounding.
+    np.testing.assert_allclose(proba.compute(), clf.predict_proba(X), rtol=1e-5, atol=1e-7)
