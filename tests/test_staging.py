@@ -443,3 +443,29 @@ def test_labels_of_a_path_come_from_the_file(client, files, data):
     _, y, _ = data
     with pytest.raises(ValueError, match="target="):
         stage(client, files / "xy.csv", y)
+
+
+def test_shards_arrive_aligned_on_workers():
+    """Shards unpickled from misaligned out-of-band frames (as Dask delivers them) are
+    re-aligned: numpy's gather on misaligned float32 data was measured ~260x slower."""
+    import pickle
+
+    from pipeline.staging import Shard
+
+    shard = Shard(
+        X=np.random.rand(100, 40).astype(np.float32),
+        y=np.zeros(100, np.float32),
+        row_ids=np.arange(100),
+    )
+    buffers: list = []
+    payload = pickle.dumps(shard, protocol=5, buffer_callback=buffers.append)
+    misaligned = []
+    for buf in buffers:
+        raw = buf.raw()
+        holder = bytearray(len(raw) + 3)
+        holder[3:] = raw
+        misaligned.append(memoryview(holder)[3:])
+    clone = pickle.loads(payload, buffers=misaligned)
+    assert clone.X.flags.aligned and clone.X.flags.writeable
+    np.testing.assert_array_equal(clone.X, shard.X)
+    np.testing.assert_array_equal(clone.row_ids, shard.row_ids)
