@@ -162,23 +162,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sklearn.exceptions import ConvergenceWarning
-    from sklearn.preprocessing import StandardScaler
 
     from .estimator import BPNNClassifier
     from .runlog import new_run_id
 
-    if args.data:
-        X_train, X_test, y_train, y_test = load_dataset(args.data, args.target, args.seed)
-        name = args.data
-    else:
-        X_train, X_test, y_train, y_test = load_default_dataset(args.seed)
-        name = "generated 10-class set (embedded default)"
-    scaler = StandardScaler().fit(X_train)
-    X_train = scaler.transform(X_train).astype(np.float32)
-    X_test = scaler.transform(X_test).astype(np.float32)
-    print(
-        f"data: {name}, {len(X_train)} train / {len(X_test)} test rows, {X_train.shape[1]} features"
-    )
+    X_train, X_test, y_train, y_test = _scaled_data(args)
     run_log = Path(args.run_dir) / f"{new_run_id()}.jsonl"
     params = dict(
         hidden_layer_sizes=args.hidden,
@@ -275,6 +263,56 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scaled_data(args: argparse.Namespace):
+    from sklearn.preprocessing import StandardScaler
+
+    if args.data:
+        X_train, X_test, y_train, y_test = load_dataset(args.data, args.target, args.seed)
+        name = args.data
+    else:
+        X_train, X_test, y_train, y_test = load_default_dataset(args.seed)
+        name = "generated 10-class set (embedded default)"
+    scaler = StandardScaler().fit(X_train)
+    X_train = scaler.transform(X_train).astype(np.float32)
+    X_test = scaler.transform(X_test).astype(np.float32)
+    print(
+        f"data: {name}, {len(X_train)} train / {len(X_test)} test rows, {X_train.shape[1]} features"
+    )
+    return X_train, X_test, y_train, y_test
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .compare import format_table, plot, run_comparison
+
+    X_train, X_test, y_train, y_test = _scaled_data(args)
+    params = dict(
+        hidden_layer_sizes=args.hidden, max_iter=args.epochs, batch_size=256, random_state=args.seed
+    )
+    stack, client, label = _cluster_and_client(args)
+    with stack:
+        print(f"cluster: {label}")
+        results, target = run_comparison(
+            client,
+            X_train,
+            y_train,
+            X_test,
+            y_test,
+            strategies=args.strategies,
+            params=params,
+            run_dir=args.run_dir,
+            max_seconds=args.max_seconds,
+            rounds_per_epoch=args.rounds_per_epoch,
+        )
+    print(format_table(results, target))
+    chart = Path(args.chart or Path(args.run_dir) / "compare.png")
+    plot(results, target, chart, f"HMDSPT vs baselines — {label}")
+    print(f"chart: {chart}")
+    print(f"run logs: {args.run_dir}/<run>.jsonl")
+    return 0
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     from app.cli import monitor_main
 
@@ -335,6 +373,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--seconds", type=float, default=2.0, help="probe seconds (default: 2)")
     score.set_defaults(func=cmd_score)
+
+    compare = sub.add_parser("compare", help="HMDSPT against its baselines: table and chart")
+    cluster_options(compare)
+    compare.add_argument("--data", default=None, help=".npz, .parquet or .csv (default: embedded)")
+    compare.add_argument("--target", default=None, help="label column of .parquet/.csv data")
+    compare.add_argument("--hidden", type=_positive_int_tuple, default=(128, 64))
+    compare.add_argument("--epochs", type=_positive_int, default=8)
+    compare.add_argument("--rounds-per-epoch", type=_positive_int, default=1)
+    compare.add_argument(
+        "--max-seconds", type=float, default=60.0, help="time box of each run (default: 60)"
+    )
+    compare.add_argument(
+        "--strategies",
+        type=lambda t: [v for v in t.split(",") if v],
+        default=None,
+        help="comma-separated subset (default: all)",
+    )
+    compare.add_argument("--run-dir", default="runs/compare")
+    compare.add_argument("--chart", default=None, help="PNG path (default: RUN_DIR/compare.png)")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.set_defaults(func=cmd_compare)
 
     monitor = sub.add_parser("monitor", help="serve the Panel monitoring app for run logs")
     monitor.add_argument("runs_path", help="a folder of run logs (*.jsonl) or one log")

@@ -111,6 +111,7 @@ class _BaseBPNN(BaseEstimator):
         "block_momentum": [Interval(Real, 0, 1, closed="left")],
         "compression": [StrOptions({"none", "float16", "topk"})],
         "run_log": [None, str, os.PathLike],
+        "max_seconds": [None, Interval(Real, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -146,6 +147,7 @@ class _BaseBPNN(BaseEstimator):
         block_momentum=0.5,
         compression="none",
         run_log=None,
+        max_seconds=None,
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -177,6 +179,7 @@ class _BaseBPNN(BaseEstimator):
         self.block_momentum = block_momentum
         self.compression = compression
         self.run_log = run_log
+        self.max_seconds = max_seconds
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
@@ -375,6 +378,10 @@ class _BaseBPNN(BaseEstimator):
                     self._record_eval(self._eval_score())
                     if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
                         break
+                    if self.max_seconds is not None and (
+                        time.perf_counter() - self._fit_start >= self.max_seconds
+                    ):
+                        break
                     if incremental:
                         break
         except KeyboardInterrupt:
@@ -431,6 +438,7 @@ class _BaseBPNN(BaseEstimator):
             seed=seed,
             run_log=None if self.run_log is None else os.fspath(self.run_log),
             emulation=_emulation_of(client),
+            max_seconds=self.max_seconds,
         )
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
         # The trainer's driver optimizer carries the schedule (and bsp's state).
@@ -575,6 +583,24 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Epochs without ``tol`` improvement before stopping.
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
+    client : distributed.Client, cluster, scheduler address or None, default=None
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+    partition : {"proportional", "equal"}, default="proportional"
+        Cluster fits: rows per worker by measured speed (re-balanced), or equal.
+    sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
+        Cluster fits: step-normalised delta merge with block momentum and warm start;
+        plain model averaging; or a gradient average after every mini-batch.
+    rounds_per_epoch : int, default=4
+        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
+    block_momentum : float, default=0.5
+        Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
+    compression : {"none", "float16", "topk"}, default="none"
+        Cluster fits: what a worker sends (top-k 10 % with error feedback).
+    run_log : str or path, default=None
+        Cluster fits: JSON-lines run log to append to (see docs/runlog.md).
+    max_seconds : float, default=None
+        Stop after the epoch (in-process) or round (cluster) during which the fit
+        passed this many seconds; the last epoch of a cluster fit may then be partial.
 
     Attributes
     ----------
@@ -829,6 +855,24 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Epochs without ``tol`` improvement before stopping.
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
+    client : distributed.Client, cluster, scheduler address or None, default=None
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+    partition : {"proportional", "equal"}, default="proportional"
+        Cluster fits: rows per worker by measured speed (re-balanced), or equal.
+    sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
+        Cluster fits: step-normalised delta merge with block momentum and warm start;
+        plain model averaging; or a gradient average after every mini-batch.
+    rounds_per_epoch : int, default=4
+        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
+    block_momentum : float, default=0.5
+        Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
+    compression : {"none", "float16", "topk"}, default="none"
+        Cluster fits: what a worker sends (top-k 10 % with error feedback).
+    run_log : str or path, default=None
+        Cluster fits: JSON-lines run log to append to (see docs/runlog.md).
+    max_seconds : float, default=None
+        Stop after the epoch (in-process) or round (cluster) during which the fit
+        passed this many seconds; the last epoch of a cluster fit may then be partial.
 
     Attributes
     ----------
@@ -909,6 +953,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         block_momentum=0.5,
         compression="none",
         run_log=None,
+        max_seconds=None,
     ):
         super().__init__(
             hidden_layer_sizes=hidden_layer_sizes,
@@ -941,6 +986,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             block_momentum=block_momentum,
             compression=compression,
             run_log=run_log,
+            max_seconds=max_seconds,
         )
         self.loss = loss
 

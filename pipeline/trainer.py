@@ -78,6 +78,9 @@ class TrainerConfig:
         Fewest rows any worker keeps (so its speed keeps being measured).
     seed : int
         Seeds staging, row orders and the pilot.
+    max_seconds : float or None
+        Stop after the round during which the fit passed this many seconds (the last
+        epoch is then partial: its rows were not all processed).
     eval_interval_s : float
         Least seconds between two evaluations of ``evaluate`` (the last round of an
         epoch is always evaluated), so bsp's many short rounds are not dominated by it.
@@ -107,6 +110,7 @@ class TrainerConfig:
     emulation: dict | None = None
     record_row_ids: bool = False
     eval_interval_s: float = 0.25
+    max_seconds: float | None = None
 
     def validate(self) -> None:
         for name, value, allowed in (
@@ -326,12 +330,20 @@ class Trainer:
             )
             for epoch in range(1, max_epochs + 1):
                 epoch_loss, epoch_rows = 0.0, 0
+                out_of_time = False
                 for r in range(rounds_per_epoch):
-                    last = r == rounds_per_epoch - 1
+                    out_of_time = self._out_of_time()
+                    last = r == rounds_per_epoch - 1 or out_of_time
                     record = self._round(epoch, r == 0, rounds_per_epoch - r, evaluate, last)
                     epoch_loss += record.loss_sum
                     epoch_rows += record.rows
+                    if out_of_time:
+                        break
                     self._maybe_rebalance()
+                if out_of_time:
+                    if on_epoch_end is not None:
+                        on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
+                    break
                 if epoch_rows != n_rows:  # the exactly-once invariant of an epoch
                     raise TrainingError(
                         f"epoch {epoch} processed {epoch_rows} rows, expected {n_rows}"
@@ -471,6 +483,11 @@ class Trainer:
         )
         self.client.cancel(params_future)
         return record
+
+    def _out_of_time(self) -> bool:
+        """Whether the time budget is spent (checked before a round, which then is last)."""
+        limit = self.config.max_seconds
+        return limit is not None and time.perf_counter() - self._start >= limit
 
     def _evaluate(self, evaluate: Callable[[], float] | None, force: bool) -> float | None:
         if evaluate is None:

@@ -1,0 +1,242 @@
+"""HMDSPT against its baselines on the same cluster and data (``hmdspt compare``).
+
+Every cluster run goes through the same estimator and round loop with a different
+``sync`` / ``partition``; scikit-learn's ``MLPClassifier`` and the in-process
+``BPNNClassifier`` run in the driver process. Each run scores the same held-out set while
+it trains, so the table can say how long each took to reach a common target accuracy:
+the in-process ``BPNNClassifier``'s final accuracy minus ``target_drop``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .estimator import BPNNClassifier
+from .runlog import read_events, summarize
+
+# name -> (sync, partition); None marks an in-process run.
+STRATEGIES: dict[str, tuple[str, str] | None] = {
+    "hmdspt": ("hmdspt", "proportional"),
+    "hmdspt-equal": ("hmdspt", "equal"),
+    "local-equal": ("local", "equal"),
+    "bsp-equal": ("bsp", "equal"),
+    "bpnn-in-process": None,
+    "sklearn-in-process": None,
+}
+
+
+@dataclass
+class RunResult:
+    """What one run of a comparison measured."""
+
+    name: str
+    wall_s: float
+    final_accuracy: float
+    curve: list[tuple[float, float]]  # (seconds since the fit began, accuracy)
+    epochs: int
+    fastest_idle_fraction: float | None = None
+    efficiency: float | None = None
+    bytes_per_round: float | None = None
+    rounds: int = 0
+    run_log: str | None = None
+    idle_curve: list[tuple[float, float]] = field(default_factory=list)
+
+    def seconds_to(self, target: float) -> float | None:
+        """First time the held-out accuracy reached ``target`` (None if never)."""
+        return next((t for t, acc in self.curve if acc >= target), None)
+
+
+def _sklearn_run(params: dict, X, y, X_test, y_test, max_seconds: float | None) -> RunResult:
+    """scikit-learn's MLPClassifier in one process, scored after every epoch."""
+    from sklearn.neural_network import MLPClassifier
+
+    kwargs = {k: v for k, v in params.items() if k in MLPClassifier().get_params()}
+    clf = MLPClassifier(**kwargs)
+    classes = np.unique(y)
+    curve = []
+    start = time.perf_counter()
+    for _ in range(kwargs.get("max_iter", 200)):
+        clf.partial_fit(X, y, classes=classes)  # one epoch, optimizer state kept
+        curve.append((time.perf_counter() - start, clf.score(X_test, y_test)))
+        if max_seconds is not None and curve[-1][0] >= max_seconds:
+            break
+    return RunResult("sklearn-in-process", curve[-1][0], curve[-1][1], curve, len(curve))
+
+
+def _log_figures(path: Path) -> dict[str, Any]:
+    events = read_events(path)
+    summary = summarize(events)
+    rounds = [e for e in events if e["event"] == "round"]
+    start = next(e["time"] for e in events if e["event"] == "run_start")
+    fastest = summary.get("fastest_worker")
+    idle_curve = []
+    sent = []
+    for r in rounds:
+        workers = r["workers"]
+        sent.append(sum((w.get("bytes_out") or 0) for w in workers.values()))
+        if fastest in workers and r["wall_s"]:
+            idle_curve.append((r["time"] - start, workers[fastest]["idle_s"] / r["wall_s"]))
+    return {
+        "fastest_idle_fraction": summary.get("fastest_idle_fraction"),
+        "efficiency": summary.get("efficiency"),
+        "bytes_per_round": float(np.mean(sent)) if sent else None,
+        "rounds": len(rounds),
+        "idle_curve": idle_curve,
+    }
+
+
+def run_comparison(
+    client,
+    X,
+    y,
+    X_test,
+    y_test,
+    *,
+    strategies: list[str] | None = None,
+    params: dict | None = None,
+    run_dir: str | Path = "runs",
+    max_seconds: float | None = None,
+    rounds_per_epoch: int = 1,
+    target_drop: float = 0.01,
+    echo=print,
+) -> tuple[list[RunResult], float]:
+    """Run each strategy on the same data; return the results and the target accuracy.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster for the cluster strategies.
+    X, y, X_test, y_test : array-like
+        Training data and the held-out set every run scores while it trains.
+    strategies : list of str, optional
+        Names from :data:`STRATEGIES` (default: all).
+    params : dict, optional
+        ``BPNNClassifier`` hyper-parameters shared by every run.
+    run_dir : path, default="runs"
+        Where the cluster runs' logs go (``<run_dir>/<name>.jsonl``).
+    max_seconds : float, optional
+        Time box of each run (needed for ``bsp``: one cluster round trip per mini-batch).
+    rounds_per_epoch : int, default=1
+        Rounds per epoch of the delta-merging strategies.
+    target_drop : float, default=0.01
+        Target accuracy = in-process BPNNClassifier's final accuracy minus this.
+    echo : callable
+        Progress messages.
+
+    Returns
+    -------
+    results : list of RunResult
+    target : float
+    """
+    names = list(STRATEGIES) if strategies is None else list(strategies)
+    unknown = sorted(set(names) - set(STRATEGIES))
+    if unknown:
+        raise ValueError(f"unknown strategies {unknown}; choose from {list(STRATEGIES)}")
+    if "bpnn-in-process" not in names:
+        names.insert(0, "bpnn-in-process")  # it defines the target accuracy
+    params = dict(params or {})
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for name in sorted(names, key=lambda n: n != "bpnn-in-process"):
+            echo(f"running {name} ...")
+            if name == "sklearn-in-process":
+                results.append(_sklearn_run(params, X, y, X_test, y_test, max_seconds))
+                continue
+            strategy = STRATEGIES[name]
+            cluster_kw: dict[str, Any] = {}
+            log = None
+            if strategy is not None:
+                log = run_dir / f"{name}.jsonl"
+                log.unlink(missing_ok=True)
+                cluster_kw = dict(
+                    client=client,
+                    sync=strategy[0],
+                    partition=strategy[1],
+                    rounds_per_epoch=rounds_per_epoch,
+                    run_log=log,
+                )
+            clf = BPNNClassifier(max_seconds=max_seconds, **cluster_kw, **params)
+            start = time.perf_counter()
+            clf.fit(X, y, eval_set=(X_test, y_test))
+            wall = time.perf_counter() - start
+            result = RunResult(
+                name,
+                wall,
+                clf.score(X_test, y_test),
+                list(clf.eval_curve_),
+                clf.n_iter_,
+                run_log=None if log is None else str(log),
+            )
+            if log is not None:
+                for key, value in _log_figures(log).items():
+                    setattr(result, key, value)
+            results.append(result)
+    reference = next(r for r in results if r.name == "bpnn-in-process")
+    return results, reference.final_accuracy - target_drop
+
+
+def format_table(results: list[RunResult], target: float) -> str:
+    """The comparison as a text table."""
+    head = (
+        f"{'run':20s} {'wall s':>8s} {'s to target':>12s} {'fastest idle %':>15s} "
+        f"{'efficiency':>10s} {'final acc':>10s} {'epochs':>7s} {'bytes/round':>12s}"
+    )
+    lines = [f"target accuracy: {target:.4f}", head]
+    for r in results:
+        to_target = r.seconds_to(target)
+
+        def opt(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+
+        lines.append(
+            f"{r.name:20s} {r.wall_s:8.1f} {opt(to_target, '12.1f'):>12s} "
+            f"{opt(None if r.fastest_idle_fraction is None else 100 * r.fastest_idle_fraction, '15.1f'):>15s} "  # noqa: E501
+            f"{opt(r.efficiency, '10.2f'):>10s} {r.final_accuracy:10.4f} {r.epochs:7d} "
+            f"{opt(r.bytes_per_round, '12,.0f'):>12s}"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[RunResult], target: float, path: str | Path, title: str) -> Path:
+    """PNG: fastest worker's idle % and held-out accuracy against wall time, per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_idle, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for r in results:
+        if r.idle_curve:
+            t, idle = zip(*r.idle_curve)
+            ax_idle.plot(t, 100 * np.asarray(idle), label=r.name, lw=1.2)
+        if r.curve:
+            t, acc = zip(*r.curve)
+            ax_acc.plot(t, acc, label=r.name, marker=".", lw=1.2)
+    ax_idle.set(
+        xlabel="wall time (s)",
+        ylabel="fastest worker idle (% of round)",
+        title="idle time of the fastest worker",
+        ylim=(0, 100),
+    )
+    ax_acc.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.3f}")
+    ax_acc.set(xlabel="wall time (s)", ylabel="held-out accuracy", title="accuracy over time")
+    for ax in (ax_idle, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
