@@ -144,6 +144,58 @@ def _cluster_and_client(args: argparse.Namespace):
     return stack, client, label
 
 
+class _RoundProgress:
+    """Prints one progress line per round by following the run log while a fit runs."""
+
+    def __init__(self, path, epochs: int, stream=None) -> None:
+        import threading
+
+        self.path, self.epochs = path, epochs
+        self.stream = stream or sys.stdout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def __enter__(self) -> _RoundProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _follow(self) -> None:
+        from pathlib import Path
+
+        from .runlog import RunLogTail
+
+        tail = None
+        while True:
+            stopping = self._stop.wait(0.2)
+            if tail is None and Path(self.path).exists():
+                tail = RunLogTail(self.path)
+            for event in tail.read_new() if tail is not None else ():
+                if event.get("event") == "round":
+                    self._print(event)
+            if stopping:
+                return
+
+    def _print(self, event: dict) -> None:
+        workers = event["workers"]
+        fastest = max(workers.values(), key=lambda w: w["rows"] / max(w["busy_s"], 1e-9))
+        idle = 100 * fastest["idle_s"] / event["wall_s"] if event["wall_s"] else 0.0
+        done = min(event["epoch"] / self.epochs, 1.0)
+        bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
+        val = event.get("val_score")
+        val_text = f"{val:.4f}" if val is not None else "  -   "
+        print(
+            f"[{bar}] epoch {event['epoch']}/{self.epochs} round {event['round']:4d}  "
+            f"loss {event['loss']:.4f}  val {val_text}  fastest idle {idle:5.1f}%  "
+            f"{event['wall_s']:.2f} s",
+            file=self.stream,
+            flush=True,
+        )
+
+
 def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
     header = "  ".join(
         f"{title:>{len(title) if i == 0 else 12}}" for i, (title, _, _) in enumerate(columns)
@@ -196,7 +248,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                     **params,
                 )
                 start = time.perf_counter()
-                clf.fit(X_train, y_train)
+                with _RoundProgress(run_log, args.epochs):
+                    clf.fit(X_train, y_train, eval_set=(X_test, y_test))
                 wall = time.perf_counter() - start
             print(
                 f"fit: sync={args.sync}, partition={args.partition}, {clf.n_iter_} epochs, "

@@ -79,3 +79,37 @@ def test_bad_values_exit_2_with_one_line(args, message):
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_compare_prints_table_and_writes_chart(tmp_path):
+    import numpy as np
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        n_samples=3000, n_features=10, n_classes=3, n_informative=6, random_state=0
+    )
+    path = tmp_path / "small.npz"
+    np.savez(path, X=X.astype(np.float32), y=y)
+    result = _hmdspt(
+        "compare",
+        "--data",
+        str(path),
+        "--speeds",
+        "2,1",
+        "--hidden",
+        "16",
+        "--epochs",
+        "2",
+        "--max-seconds",
+        "10",
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--strategies",
+        "hmdspt,hmdspt-equal,sklearn-in-process",
+    )
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("target accuracy:")[1]
+    for name in ("bpnn-in-process", "hmdspt", "hmdspt-equal", "sklearn-in-process"):
+        assert f"\n{name} " in table
+    assert (tmp_path / "runs" / "compare.png").stat().st_size > 10_000
+    assert (tmp_path / "runs" / "hmdspt.jsonl").exists()
