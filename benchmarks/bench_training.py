@@ -1,0 +1,198 @@
+"""HMDSPT against its baselines on real data, on ``local_cluster(speeds=(4, 2, 1))``.
+
+Heterogeneity is EMULATED on one machine (duty-cycle throttle, DESIGN.md). All runs use
+the same cluster, data, model and hyper-parameters, side by side in one process run:
+
+- KDD Cup 99 (494,021 training rows, 41 features, the 5 categories; the "corrected"
+  test set), MLP 41-64-32-5;
+- smartphone activity windows (128x6 flattened, subject split), MLP 768-256-128-6;
+- communication: bytes a worker sends per round, dense vs float16 vs top-k 10 %, against
+  the dense model size.
+
+Prints the comparison tables (fastest worker's idle %, parallel efficiency, seconds to the
+target accuracy = in-process BPNNClassifier's final accuracy minus 1 point) and the ratios
+the project's issue asks for. Run: ``python -m benchmarks.bench_training [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import numpy as np
+from distributed import Client
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+from pipeline.cluster import local_cluster
+from pipeline.compare import format_table, plot, run_comparison
+from pipeline.estimator import BPNNClassifier
+from pipeline.runlog import read_events
+
+from ._common import dataset_path, header
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def load_kdd():
+    data = np.load(dataset_path("kddcup99_10pct", "kddcup99_10pct.npz"))
+    X_train, X_test = data["X_train"], data["X_test"]
+    # Byte counts and durations span many orders of magnitude: log1p before scaling.
+    X_train, X_test = np.log1p(np.maximum(X_train, 0)), np.log1p(np.maximum(X_test, 0))
+    scaler = StandardScaler().fit(X_train)
+    return (
+        scaler.transform(X_train).astype(np.float32),
+        data["y5_train"],
+        scaler.transform(X_test).astype(np.float32),
+        data["y5_test"],
+    )
+
+
+def load_har():
+    data = np.load(dataset_path("hapt_smartphone_har", "har6_windows128.npz"))
+    X_train = data["X_train"].reshape(len(data["X_train"]), -1)
+    X_test = data["X_test"].reshape(len(data["X_test"]), -1)
+    scaler = StandardScaler().fit(X_train)
+    return (
+        scaler.transform(X_train).astype(np.float32),
+        data["y_train"],
+        scaler.transform(X_test).astype(np.float32),
+        data["y_test"],
+    )
+
+
+def ratio_lines(results, target: float) -> list[str]:
+    by = {r.name: r for r in results}
+    lines = []
+    h = by.get("hmdspt")
+    if h is None:
+        return lines
+    if h.fastest_idle_fraction is not None:
+        lines.append(
+            f"fastest worker idle: hmdspt {100 * h.fastest_idle_fraction:.1f} % "
+            "(target <= 10 %)"
+            + "".join(
+                f", {n} {100 * by[n].fastest_idle_fraction:.1f} %"
+                for n in ("hmdspt-equal", "local-equal", "bsp-equal")
+                if n in by and by[n].fastest_idle_fraction is not None
+            )
+        )
+    if h.efficiency is not None:
+        lines.append(f"parallel efficiency: hmdspt {h.efficiency:.2f} (target >= 0.8)")
+    t_h = h.seconds_to(target)
+    for base, goal in (("bsp-equal", 0.5), ("local-equal", 0.75)):
+        if base not in by:
+            continue
+        t_b = by[base].seconds_to(target)
+        if t_h is None:
+            lines.append(f"time to target: hmdspt did not reach {target:.4f}")
+        elif t_b is None:
+            lines.append(
+                f"time to target: hmdspt {t_h:.1f} s; {base} did not reach it within "
+                f"its {by[base].wall_s:.0f} s run (ratio < {t_h / by[base].wall_s:.2f}, "
+                f"target <= {goal})"
+            )
+        else:
+            lines.append(
+                f"time to target: hmdspt / {base} = {t_h:.1f} / {t_b:.1f} s = "
+                f"{t_h / t_b:.2f} (target <= {goal})"
+            )
+    ref = by["bpnn-in-process"].final_accuracy
+    lines.append(
+        f"final accuracy: hmdspt {h.final_accuracy:.4f} vs in-process {ref:.4f} "
+        f"({100 * (h.final_accuracy - ref):+.2f} points)"
+    )
+    return lines
+
+
+def compare_on(client, name, data, params, max_seconds, rounds_per_epoch, out_dir) -> list[str]:
+    X, y, X_test, y_test = data
+    results, target = run_comparison(
+        client,
+        X,
+        y,
+        X_test,
+        y_test,
+        params=params,
+        run_dir=out_dir / name,
+        max_seconds=max_seconds,
+        rounds_per_epoch=rounds_per_epoch,
+        echo=lambda m: None,
+    )
+    print(
+        f"\n## {name}: {len(X):,} train / {len(X_test):,} test rows, params {params}, "
+        f"rounds/epoch {rounds_per_epoch}, time box {max_seconds} s per run"
+    )
+    print(format_table(results, target))
+    lines = ratio_lines(results, target)
+    for line in lines:
+        print("  " + line)
+    chart = plot(
+        results,
+        target,
+        out_dir / f"{name}.png",
+        f"{name} on local_cluster(4,2,1) — heterogeneity emulated on one machine",
+    )
+    print(f"  chart: {chart}")
+    return lines
+
+
+def communication(client, data, params, out_dir) -> list[str]:
+    X, y, X_test, y_test = data
+    lines = []
+    dense_bytes = None
+    for method in ("none", "float16", "topk"):
+        log = out_dir / f"bytes-{method}.jsonl"
+        log.unlink(missing_ok=True)
+        clf = BPNNClassifier(client=client, compression=method, run_log=log, **params)
+        clf.fit(X, y)
+        dense_bytes = clf._model.params.nbytes
+        sent = [
+            w["bytes_out"]
+            for e in read_events(log)
+            if e["event"] == "round"
+            for w in e["workers"].values()
+        ]
+        per_round = float(np.mean(sent))
+        lines.append(
+            f"{method:8s} bytes sent per worker per round {per_round:12,.0f} = "
+            f"{per_round / dense_bytes:.3f}x dense model ({dense_bytes:,} B); "
+            f"accuracy {clf.score(X_test, y_test):.4f}"
+        )
+    print("\n## communication (KDD Cup 99 model), targets: dense <= 2x, top-k 10 % <= 0.3x")
+    for line in lines:
+        print("  " + line)
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer epochs, shorter time box")
+    parser.add_argument("--skip-har", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    OUT.mkdir(exist_ok=True)
+    header("HMDSPT vs baselines on local_cluster(speeds=(4, 2, 1)), heterogeneity emulated")
+    epochs = 2 if args.quick else 5
+    box = 20.0 if args.quick else 60.0
+    kdd = load_kdd()
+    kdd_params = dict(
+        hidden_layer_sizes=(64, 32),
+        max_iter=epochs,
+        batch_size=256,
+        learning_rate_init=0.001,
+        random_state=0,
+    )
+    with local_cluster(speeds=(4, 2, 1)) as cluster, Client(cluster) as client:
+        compare_on(client, "kddcup99", kdd, kdd_params, box, 1, OUT)
+        if not args.skip_har:
+            har_params = dict(
+                hidden_layer_sizes=(256, 128), max_iter=3 * epochs, batch_size=128, random_state=0
+            )
+            compare_on(client, "har-windows", load_har(), har_params, box, 1, OUT)
+        communication(client, kdd, dict(kdd_params, max_iter=1), OUT)
+
+
+if __name__ == "__main__":
+    main()
