@@ -63,7 +63,7 @@ def _emulation_of(client) -> dict | None:
     emulation = getattr(getattr(client, "cluster", None), "emulation", None)
     if emulation is None:
         return None
-    return {"speeds": list(emulation.speeds), "method": str(emulation.method)}
+    return {"speeds": list(emulation.speeds.values()), "method": str(emulation.method)}
 
 
 def _as_dtype(dtype) -> np.dtype:

@@ -45,7 +45,7 @@ import os
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -592,10 +592,35 @@ def _bounds(counts: Mapping[str, int]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _wait_ok(futures: Iterable[Future]) -> None:
-    """Wait for the futures and re-raise the first worker-side error, without gathering."""
+class WorkerLostError(RuntimeError):
+    """A worker left the cluster while staging tasks were waiting for it."""
+
+
+def _wait_ok(futures: Iterable[Future], poll_s: float = 0.5) -> None:
+    """Wait for the futures and re-raise the first worker-side error, without gathering.
+
+    Waits in short slices: a task pinned to a worker that has left would otherwise wait
+    forever, so a worker leaving the cluster meanwhile raises :class:`WorkerLostError`.
+    """
     futures = list(futures)
-    wait(futures)
+    if not futures:
+        return
+    client = futures[0].client
+    present = set(client.scheduler_info(n_workers=-1)["workers"])
+    pending = futures
+    while pending:
+        try:
+            _, pending = wait(pending, timeout=poll_s)
+        except TimeoutError:  # distributed's wait raises where concurrent.futures returns
+            pass
+        except Exception:  # cancelled futures: reported below
+            pending = [f for f in pending if f.status == "pending"]
+        if pending:
+            gone = present - set(client.scheduler_info(n_workers=-1)["workers"])
+            if gone:
+                raise WorkerLostError(
+                    f"worker {', '.join(sorted(gone))} left the cluster during staging"
+                )
     for fut in futures:
         if fut.status == "error":
             fut.result()  # raises the task's exception; an errored future carries no data
@@ -1101,3 +1126,70 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
         staged.seed,
         staged.source,
     )
+
+
+def _held_ids(shard: Shard) -> np.ndarray:
+    return shard.row_ids
+
+
+def held_row_ids(staged: StagedData) -> dict[str, np.ndarray]:
+    """Source row ids each worker holds (only the ids travel to the driver)."""
+    futures = staged.map_shards(_held_ids)
+    return dict(zip(futures, staged.client.gather(list(futures.values())), strict=True))
+
+
+def drop_workers(staged: StagedData, workers: Iterable[str]) -> StagedData:
+    """``staged`` without ``workers`` (lost ones: their shards are gone with them)."""
+    gone = set(workers)
+    futures = {w: f for w, f in staged.futures.items() if w not in gone}
+    counts = {w: n for w, n in staged.counts.items() if w not in gone}
+    return replace(staged, futures=futures, counts=counts)
+
+
+def add_rows(
+    client: Client,
+    staged: StagedData,
+    X: np.ndarray,
+    y: np.ndarray | None,
+    assignment: Mapping[str, np.ndarray],
+    *,
+    dtype: Any = np.float32,
+) -> StagedData:
+    """Append source rows to workers' shards: ``assignment[worker]`` holds row ids.
+
+    ``dtype`` is the features' dtype on the workers (that of :func:`stage`).
+
+    Re-stages rows whose worker was lost: the rows go from the source (``X``, ``y``,
+    indexed by row id) straight to their new worker and are appended there, so the
+    exactly-one-worker-per-row invariant holds again. The appended rows arrive with
+    ``done`` False (due again in the running epoch).
+    """
+    dtype = np.dtype(dtype)
+    futures = dict(staged.futures)
+    counts = dict(staged.counts)
+    for worker, ids in assignment.items():
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            continue
+        rows = Shard(
+            X=_as_features(np.asarray(X)[ids], dtype),
+            y=None if y is None else np.ascontiguousarray(np.asarray(y)[ids]),
+            row_ids=ids,
+        )
+        piece = client.scatter(rows, workers=[worker], direct=True, hash=False)
+        merged = client.submit(
+            _concat_shards,
+            futures.get(worker),
+            piece,
+            workers=[worker],
+            allow_other_workers=False,
+            pure=False,
+        )
+        old = futures.get(worker)
+        futures[worker] = merged
+        counts[worker] = counts.get(worker, 0) + len(ids)
+        _wait_ok([merged])
+        if old is not None:
+            old.release()
+        piece.release()
+    return replace(staged, futures=futures, counts=counts)

@@ -190,6 +190,11 @@ class Trainer:
         self.history: list[RoundRecord] = []
         self.rows_seen: dict[int, np.ndarray] = {}
         self._last_eval = -np.inf
+        self.active: set[str] = set()  # registered workers believed alive
+        self._disturbed_epochs: set[int] = set()  # epochs in which rows were re-staged
+        self._epoch = 0
+        self._X: np.ndarray | None = None
+        self._Y: np.ndarray | None = None
         self.n_rows = 0
         self._names: dict[str, str] = {}
         self._start = time.perf_counter()
@@ -206,6 +211,7 @@ class Trainer:
             info = workers[addr]
             self._names[addr] = str(info.get("name", addr))
             self.scorer.add_worker(addr, prior=info.get("nthreads", 1))
+            self.active.add(addr)
 
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
         addresses = sorted(workers)
@@ -311,6 +317,8 @@ class Trainer:
                 },
             )
             counts = self._initial_counts(n_rows, workers)
+            # Kept to re-stage the rows of a lost worker from the source.
+            self._X, self._Y = np.asarray(X), Y
             t0 = time.perf_counter()
             self.staged = staging.stage(
                 self.client, X, Y, counts=counts, seed=cfg.seed, dtype=self.model.dtype
@@ -329,6 +337,7 @@ class Trainer:
                 math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
             )
             for epoch in range(1, max_epochs + 1):
+                self._epoch = epoch
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 for r in range(rounds_per_epoch):
@@ -344,7 +353,9 @@ class Trainer:
                     if on_epoch_end is not None:
                         on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
                     break
-                if epoch_rows != n_rows:  # the exactly-once invariant of an epoch
+                # The exactly-once invariant of an epoch; an epoch in which a lost worker's
+                # rows were re-staged from the source is exempt (some are processed twice).
+                if epoch_rows != n_rows and epoch not in self._disturbed_epochs:
                     raise TrainingError(
                         f"epoch {epoch} processed {epoch_rows} rows, expected {n_rows}"
                     )
@@ -393,14 +404,15 @@ class Trainer:
         epoch_end: bool = False,
     ) -> RoundRecord:
         self.round_index += 1
+        self._sync_membership()
         spec = self._spec(new_epoch, rounds_left)
         start = time.perf_counter()
         # Broadcast w_t once per round; every task depends on the same future.
         try:
             params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
-        except Exception as exc:
-            self._raise_if_workers_left(self.staged.futures, grace_s=5.0)
-            raise TrainingError(f"broadcast of round {self.round_index} failed: {exc}") from exc
+        except Exception:  # a worker died between the membership check and now
+            self._sync_membership(grace_s=5.0)
+            params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
         futures = {
             self.client.submit(
                 round_task,
@@ -415,6 +427,7 @@ class Trainer:
         }
         results: dict[str, dict] = {}
         arrived: dict[str, float] = {}
+        lost: set[str] = set()
         pending = set(futures)
         while pending:
             # Short waits: a pinned task whose worker left would wait forever otherwise.
@@ -423,21 +436,29 @@ class Trainer:
                 done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
-            except Exception as exc:  # e.g. tasks cancelled because their worker died
-                self._raise_if_workers_left(futures.values(), grace_s=5.0)
-                raise TrainingError(f"round {self.round_index} failed: {exc}") from exc
+            except Exception:  # e.g. tasks cancelled because their worker died
+                done = {f for f in pending if f.status != "pending"}
+                pending -= done
             for future in done:
                 addr = futures[future]
-                if future.status != "finished":
-                    self._raise_if_workers_left(futures.values(), grace_s=5.0)
-                    raise TrainingError(
-                        f"worker {self._names.get(addr, addr)} failed in round "
-                        f"{self.round_index}: {future.exception()!r}"
-                    )
-                results[addr] = future.result()
-                arrived[addr] = time.perf_counter() - start
+                try:
+                    # The result lives on the worker until fetched: it can die in between.
+                    results[addr] = future.result()
+                    arrived[addr] = time.perf_counter() - start
+                except Exception as exc:
+                    if addr not in self._gone({addr}, grace_s=5.0):
+                        raise TrainingError(
+                            f"worker {self._names.get(addr, addr)} failed in round "
+                            f"{self.round_index}: {exc!r}"
+                        ) from exc
+                    lost.add(addr)  # the round completes without it; its delta is dropped
             if pending:
-                self._raise_if_workers_left(futures[f] for f in pending)
+                gone = self._gone({futures[f] for f in pending})
+                lost |= gone
+                pending = {f for f in pending if futures[f] not in gone}
+        if not results:
+            self._recover(lost)  # raises when nobody is left; else the round is retried
+            return self._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
         merge_start = time.perf_counter()
         self._apply(results)
         merge_s = time.perf_counter() - merge_start
@@ -482,6 +503,8 @@ class Trainer:
             workers=record.workers,
         )
         self.client.cancel(params_future)
+        if lost:
+            self._recover(lost)
         return record
 
     def _out_of_time(self) -> bool:
@@ -500,25 +523,104 @@ class Trainer:
         self.history[-1].val_score = score
         return score
 
-    def _raise_if_workers_left(self, addresses, grace_s: float = 0.0) -> None:
-        """Stop with a message naming the workers that left the cluster, if any.
+    def _live(self) -> set[str]:
+        return set(self.client.scheduler_info(n_workers=-1)["workers"])
 
-        ``grace_s``: after a failure, how long to give the scheduler to notice a death.
-        """
-        addresses = set(addresses)
+    def _gone(self, addresses: set[str], grace_s: float = 0.0) -> set[str]:
+        """Which of ``addresses`` left the cluster, giving the scheduler ``grace_s`` to notice."""
         deadline = time.monotonic() + grace_s
         while True:
-            present = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            gone = sorted(addresses - present)
+            gone = set(addresses) - self._live()
             if gone or time.monotonic() >= deadline:
-                break
+                return gone
             time.sleep(0.2)
+
+    def _sync_membership(self, grace_s: float = 0.0) -> None:
+        """Before a round: re-stage the rows of lost workers, bring in new ones."""
+        live = self._live()
+        gone = (self.active | set(self.staged.futures)) - live
+        if not gone and grace_s:
+            gone = self._gone(self.active | set(self.staged.futures), grace_s)
+            live = self._live()
         if gone:
-            names = ", ".join(self._names.get(a, a) for a in gone)
-            raise TrainingError(
-                f"worker {names} left the cluster during round {self.round_index}; its rows "
-                "are lost, so the fit stops (recovery is not implemented yet)"
+            self._recover(gone)
+        joined = live - self.active
+        if joined:
+            self._join(joined)
+
+    def _recover(self, lost: set[str]) -> None:
+        """Drop lost workers; re-stage their rows from the source onto the survivors."""
+        for addr in sorted(lost):
+            self._log(
+                "worker_lost",
+                worker=self._names.get(addr, addr),
+                round=self.round_index,
+                reason="left the cluster",
             )
+            self.active.discard(addr)
+            if addr in self.scorer.workers:
+                self.scorer.remove_worker(addr)
+        self.staged = staging.drop_workers(self.staged, lost)
+        survivors = sorted(self.active & self._live())
+        if not survivors:
+            raise TrainingError(
+                f"every worker was lost (last: {', '.join(self._names.get(a, a) for a in lost)}"
+                f") in round {self.round_index}; nothing is left to train on"
+            )
+        start = time.perf_counter()
+        held = staging.held_row_ids(self.staged)
+        have = np.concatenate(list(held.values())) if held else np.empty(0, np.int64)
+        missing = np.setdiff1d(np.arange(self.n_rows), have, assume_unique=True)
+        if len(missing):
+            shares = partition.apportion(
+                len(missing), {a: self.scorer.score(a) for a in survivors}, min_rows=0
+            )
+            order = np.random.default_rng([self.config.seed, self.round_index]).permutation(missing)
+            bounds = np.cumsum([0, *shares.values()])
+            assignment = {
+                a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
+            }
+            self.staged = staging.add_rows(
+                self.client, self.staged, self._X, self._Y, assignment, dtype=self.model.dtype
+            )
+            self._disturbed_epochs.add(self._epoch)
+        self._log_partition(
+            self.round_index, [], time.perf_counter() - start, restaged=int(len(missing))
+        )
+
+    def _join(self, joined: set[str]) -> None:
+        """Probe workers that joined, give them a score; rows follow at the next re-balance."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        self._register({a: info[a] for a in joined if a in info})
+        speeds = scoring.score_workers(
+            self.client,
+            self.model.layer_sizes,
+            seconds=self.config.probe_seconds,
+            batch_size=self.batch_size,
+            hidden_activation=self.model.hidden_activation,
+            out_activation=self.model.out_activation,
+            seed=self.config.seed,
+            workers=sorted(joined),
+        )
+        for addr in sorted(joined):
+            self._log(
+                "worker_joined",
+                worker=self._names[addr],
+                round=self.round_index,
+                address=addr,
+                nthreads=info[addr].get("nthreads"),
+                memory=info[addr].get("memory_limit"),
+            )
+            if addr in speeds:
+                self.scorer.update_speed(addr, speeds[addr])
+                self._log(
+                    "score",
+                    round=self.round_index,
+                    worker=self._names[addr],
+                    score=speeds[addr],
+                    source="probe",
+                )
+        self._maybe_rebalance(force=True)
 
     def _apply(self, results: dict[str, dict]) -> None:
         """Combine the workers' payloads into the global parameters (the strategy)."""
@@ -547,16 +649,32 @@ class Trainer:
         self.momentum.step(self.model.params, delta)
 
     # -------------------------------------------------------------- rebalance
-    def _maybe_rebalance(self) -> None:
-        if self.config.partition != "proportional":
+    def _maybe_rebalance(self, force: bool = False) -> None:
+        """Move rows when the hysteresis rule says so (``force``: also for equal shares,
+        which must take in a worker that joined)."""
+        if self.config.partition != "proportional" and not force:
             return
-        scores = {a: self.scorer.score(a) for a in self.staged.counts}
-        moves = self.policy.decide(dict(self.staged.counts), scores)
+        members = sorted(self.active)
+        current = {a: self.staged.counts.get(a, 0) for a in members}
+        if self.config.partition == "proportional":
+            scores = {a: self.scorer.score(a) for a in members}
+        else:
+            scores = {a: 1.0 for a in members}
+        moves = self.policy.decide(current, scores)
         if not moves:
             return
         start = time.perf_counter()
-        self.staged = staging.rebalance(self.client, self.staged, moves)
-        for addr, speed in scores.items():
+        try:
+            self.staged = staging.rebalance(self.client, self.staged, moves)
+        except Exception:
+            # A worker died under the moves: the old shards are untouched until a
+            # re-balance succeeds, so re-stage the lost rows and re-plan next round.
+            if not self._gone(self.active | set(self.staged.futures), grace_s=5.0):
+                raise
+            self._sync_membership()
+            return
+        for addr in members:
+            speed = self.scorer.score(addr)
             self._log(
                 "score",
                 round=self.round_index,
@@ -567,7 +685,7 @@ class Trainer:
             )
         self._log_partition(self.round_index, moves, time.perf_counter() - start)
 
-    def _log_partition(self, round_: int, moves: list, seconds: float) -> None:
+    def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
         self._log(
             "partition",
             round=round_,
@@ -582,6 +700,7 @@ class Trainer:
             ],
             rows_moved=int(sum(m.rows for m in moves)),
             seconds=seconds,
+            **extra,
         )
 
     # ------------------------------------------------------------------- end
