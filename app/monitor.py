@@ -35,6 +35,7 @@ import html
 import logging
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,11 @@ def _palette(n: int) -> list[str]:
     if n <= 20:
         return list(Category20_20[:n])
     return list(turbo(n))
+
+
+def _natural(name: str) -> list:
+    """Sort key of a worker name: digit runs compare as numbers (w2 < w10)."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
 
 
 def _e(x: Any) -> str:
@@ -248,17 +254,23 @@ class RunMonitor(param.Parameterized):
         self.marker_src = ColumnDataSource(
             {k: [] for k in ("t", "kind", "label", "color", "marker")}
         )
+        t_label = "wall time since run start (s)"
         lf = _figure(
-            "hm-loss", height=200, title="Training loss", y_axis_label="loss", x_axis_label=None
+            "hm-loss",
+            height=210,
+            title="Training loss",
+            y_axis_label="loss",
+            x_axis_label=t_label,
         )
         lf.line("t", "loss", source=self.loss_src, color="#3182bd", line_width=1.5)
         lf.add_tools(HoverTool(tooltips=[("round", "@round"), ("loss", "@loss{0.0000}")]))
         vf = _figure(
             "hm-val",
-            height=200,
+            height=210,
             x_range=lf.x_range,
             title="Validation score",
             y_axis_label="score",
+            x_axis_label=t_label,
         )
         vf.line("t", "val", source=self.val_src, color="#31a354", line_width=1.5)
         vf.scatter("t", "val", source=self.val_src, color="#31a354", size=4)
@@ -278,7 +290,7 @@ class RunMonitor(param.Parameterized):
             x_range=lf.x_range,
             y_range=FactorRange(*reversed(MARKER_KINDS)),
             title="Events",
-            x_axis_label="wall time since run start (s)",
+            x_axis_label=t_label,
         )
         ef.scatter("t", "kind", source=self.marker_src, color="color", marker="marker", size=11)
         ef.add_tools(HoverTool(tooltips=[("", "@label")]))
@@ -289,21 +301,33 @@ class RunMonitor(param.Parameterized):
         sf = _figure(
             "hm-shares",
             height=300,
-            title="Share of rows (solid) vs share of score (dashed) per worker",
+            title="Share of rows (wide) vs share of score (dashed) per worker",
             x_axis_label="round",
             y_axis_label="share",
         )
-        sf.multi_line("xs", "ys", source=self.rows_share_src, line_color="color", line_width=2.5)
+        sf.multi_line(
+            "xs",
+            "ys",
+            source=self.rows_share_src,
+            line_color="color",
+            line_width=6,
+            line_alpha=0.35,  # wide and pale: the score line on top stays visible ...
+            legend_field="worker",
+        )
         sf.multi_line(
             "xs",
             "ys",
             source=self.score_share_src,
             line_color="color",
-            line_width=1.5,
-            line_dash="dashed",
+            line_width=1.8,
+            line_dash="dashed",  # ... even where rows follow scores exactly (HMDSPT)
         )
         sf.add_tools(HoverTool(tooltips=[("worker", "@worker")]))
         sf.yaxis.formatter = NumeralTickFormatter(format="0 %")
+        legend = sf.legend[0]
+        legend.title = "worker"
+        legend.label_text_font_size = "9pt"
+        sf.add_layout(legend, "right")  # beside the plot: lines never hide under it
         self.fig_shares = sf
 
     # -- updates ------------------------------------------------------------------------
@@ -337,9 +361,11 @@ class RunMonitor(param.Parameterized):
 
     def _apply(self, upd: Update) -> None:
         d = self.data
-        workers_changed = d.workers != self._workers
+        workers_changed = sorted(d.workers) != sorted(self._workers)
         if workers_changed:
-            self._workers = list(d.workers)
+            # Shown in natural order of their names (worker-2 before worker-10), whatever
+            # order the log named them in (the trainer lists them by address).
+            self._workers = sorted(d.workers, key=_natural)
             self.fig_timeline.y_range.factors = list(reversed(self._workers))
             self.fig_timeline.height = int(min(720, max(200, 60 + 22 * len(self._workers))))
             self.fig_idle.x_range.factors = list(self._workers)
@@ -381,12 +407,22 @@ class RunMonitor(param.Parameterized):
     def _set_series(self, first: int) -> None:
         self.loss_src.data = self._series(first, "loss")
         self.val_src.data = self._series(first, "val")
+        self._val_title()
 
     def _stream_series(self, first: int) -> None:
         self.loss_src.stream(self._series(first, "loss"))
         val = self._series(first, "val")
         if len(val["t"]):
             self.val_src.stream(val)
+        self._val_title()
+
+    def _val_title(self) -> None:
+        # Rounds log val_score null when the run has no validation split (or it was not
+        # evaluated that round): say so rather than show an empty frame.
+        n = int(np.isfinite(self.data.val.values).sum())
+        text = "Validation score" if n else "Validation score (none logged in this run yet)"
+        if self.fig_val.title.text != text:
+            self.fig_val.title.text = text
 
     def _series(self, first: int, key: str) -> dict[str, np.ndarray]:
         d = self.data
@@ -442,12 +478,15 @@ class RunMonitor(param.Parameterized):
         colors = dict(zip(self._workers, _palette(len(self._workers))))
         for key, src in (("rows", self.rows_share_src), ("score", self.score_share_src)):
             s = sh[key]
+            # In display order, which is also the legend's.
+            order = sorted(range(len(s["worker"])), key=lambda i: _natural(s["worker"][i]))
+            workers = [s["worker"][i] for i in order]
             src.data = {
-                "worker": s["worker"],
+                "worker": workers,
                 # float32 halves the bytes sent; shares need no more precision.
-                "xs": [np.asarray(x, dtype=np.float32) for x in s["xs"]],
-                "ys": [np.asarray(y, dtype=np.float32) for y in s["ys"]],
-                "color": [colors.get(w, "#888888") for w in s["worker"]],
+                "xs": [np.asarray(s["xs"][i], dtype=np.float32) for i in order],
+                "ys": [np.asarray(s["ys"][i], dtype=np.float32) for i in order],
+                "color": [colors.get(w, "#888888") for w in workers],
             }
         self._shares_pending = False
         self._shares_sent = time.monotonic()
@@ -486,10 +525,9 @@ class RunMonitor(param.Parameterized):
             facts.append(f"sync={_e(cfg['sync'])}")
         if ds:
             name = ds.get("name", "data")
-            facts.append(
-                f"{_e(name)}: {_e(ds.get('n_samples', '?'))} rows × "
-                f"{_e(ds.get('n_features', '?'))} features"
-            )
+            n = ds.get("n_samples", ds.get("n_rows"))  # the trainer writes n_rows
+            n = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else _e(n or "?")
+            facts.append(f"{_e(name)}: {n} rows × {_e(ds.get('n_features', '?'))} features")
         if model.get("layers"):
             facts.append(
                 "MLP "
@@ -685,7 +723,7 @@ class Comparison(param.Parameterized):
                 return _pct(v)
             if key == "time_to_target_s":
                 return "not reached" if v is None else _secs(v)
-            if key in ("best_val_score", "final_val_score"):
+            if key in ("best_val_score", "final_val_score", "final_loss"):
                 return "n/a" if v is None else f"{v:.4f}"
             if key == "fastest_worker":
                 return "n/a" if v is None else _e(v)
@@ -695,6 +733,7 @@ class Comparison(param.Parameterized):
 
         rows = [
             ("partition", "partition"),
+            ("sync", "sync"),
             ("status", "status"),
             ("rounds", "rounds"),
             ("fastest worker", "fastest_worker"),
@@ -703,6 +742,7 @@ class Comparison(param.Parameterized):
             ("time to target score", "time_to_target_s"),
             ("best validation score", "best_val_score"),
             ("final validation score", "final_val_score"),
+            ("final training loss", "final_loss"),
             ("Σ round wall", "wall_s"),
         ]
         body = "".join(
@@ -718,23 +758,36 @@ class Comparison(param.Parameterized):
             f"<tr><th></th><th>A: {_e(names[0])}</th><th>B: {_e(names[1])}</th></tr>"
             f"{body}</table><p>target validation score: {tgt}</p>{note}"
         )
-        p = _figure(
-            "hm-compare-chart",
-            height=320,
-            title="Validation score against wall time",
-            x_axis_label="seconds since run start",
-            y_axis_label="validation score",
-        )
-        for r, color, name in zip(runs, ("#3182bd", "#e6550d"), ("A", "B")):
-            src = ColumnDataSource({"t": r["val_t"], "val": r["val"]})
-            label = f"{name}: {r['partition'] or r['run_id']}"
-            p.line("t", "val", source=src, color=color, line_width=2, legend_label=label)
-        if target is not None:
-            p.add_layout(Span(location=target, dimension="width", line_dash="dashed"))
-        p.legend.location = "bottom_right"
+        charts = []
+        has_val = any(len(r["val"]) for r in runs)
+        for key, title, y_label in (
+            ("val", "Validation score against wall time", "validation score"),
+            ("loss", "Training loss against wall time", "training loss"),
+        ):
+            if key == "val" and not has_val:
+                continue
+            p = _figure(
+                "hm-compare-chart" if key == "val" or not has_val else "hm-compare-loss",
+                height=300,
+                title=title,
+                x_axis_label="seconds since run start",
+                y_axis_label=y_label,
+            )
+            for r, color, name in zip(runs, ("#3182bd", "#e6550d"), ("A", "B")):
+                src = ColumnDataSource({"t": r[f"{key}_t"], "y": r[key]})
+                what = [str(v) for v in (r["partition"], r["sync"]) if v]
+                label = f"{name}: {', '.join(what) or r['run_id']}"
+                p.line("t", "y", source=src, color=color, line_width=2, legend_label=label)
+                p.scatter("t", "y", source=src, color=color, size=4)
+            if key == "val" and target is not None:
+                p.add_layout(Span(location=target, dimension="width", line_dash="dashed"))
+            p.legend.location = "bottom_right" if key == "val" else "top_right"
+            charts.append(pn.pane.Bokeh(p, sizing_mode="stretch_width"))
+        if not has_val:
+            table += "<p>No validation score in either run: the chart shows training loss.</p>"
         return pn.Column(
             pn.pane.HTML(table, sizing_mode="stretch_width"),
-            pn.pane.Bokeh(p, sizing_mode="stretch_width"),
+            pn.Row(*charts, sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
 

@@ -70,6 +70,8 @@ class RunInfo:
         details = []
         if self.config.get("partition"):
             details.append(f"partition={self.config['partition']}")
+        if self.config.get("sync"):  # the baselines "local" and "bsp" differ only here
+            details.append(f"sync={self.config['sync']}")
         if self.n_workers is not None:
             details.append(f"{self.n_workers} workers")
         if self.size == 0:
@@ -138,23 +140,48 @@ def list_runs(path: str | os.PathLike) -> list[RunInfo]:
     return runs
 
 
+def _ratio(speeds: Any) -> str | None:
+    """``"4:2:1"`` from a list of numbers or a mapping of worker name to number."""
+    if isinstance(speeds, Mapping):
+        speeds = list(speeds.values())
+    if (
+        isinstance(speeds, (list, tuple))
+        and speeds
+        and all(math.isfinite(_num(v)) and _num(v) > 0 for v in speeds)
+    ):
+        return ":".join(f"{_num(v):g}" for v in speeds)
+    return None
+
+
 def emulation_label(config: Mapping[str, Any] | None) -> str | None:
     """The header's note when heterogeneity was emulated on one machine, else None.
 
-    The local emulated cluster writes ``emulated_speeds`` (or an ``emulation`` object) in
-    the run's config; any top-level key starting with ``emulat`` with a value that is not
-    null, false or empty counts.
+    The trainer on the local emulated cluster writes ``config.emulation`` as
+    ``{"speeds": [...], "method": "..."}`` (as does the synthetic fixture; older logs:
+    ``emulated_speeds``). Any top-level key starting with ``emulat`` whose value is not
+    null, false or empty counts. Speeds are shown as a ratio when they are numbers (a
+    list, or a mapping of worker name to speed), and the method when there is one.
     """
     if not isinstance(config, Mapping):
         return None
     for key, value in config.items():
-        if str(key).lower().startswith("emulat") and value not in (None, False, 0, "", [], {}):
-            detail = ""
-            if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
-                detail = " (speeds " + ":".join(f"{v:g}" for v in value) + ")"
-            elif isinstance(value, Mapping) and value:
-                detail = " (" + ", ".join(f"{k}={v}" for k, v in list(value.items())[:6]) + ")"
-            return "heterogeneity emulated on one machine" + detail
+        if not str(key).lower().startswith("emulat") or value in (None, False, 0, "", [], {}):
+            continue
+        details = []
+        if isinstance(value, Mapping):
+            ratio = _ratio(value.get("speeds"))
+            if ratio:
+                details.append(f"speeds {ratio}")
+            if isinstance(value.get("method"), str) and value["method"]:
+                details.append(value["method"])
+            if not details:  # an unknown shape: show what it holds, briefly
+                details.append(", ".join(f"{k}={v}" for k, v in list(value.items())[:6]))
+        else:
+            ratio = _ratio(value)
+            if ratio:
+                details.append(f"speeds {ratio}")
+        detail = f" ({'; '.join(details)})" if details else ""
+        return "heterogeneity emulated on one machine" + detail
     return None
 
 
@@ -634,9 +661,10 @@ class RunData:
         -------
         shares : dict
             ``{"rows": {...}, "score": {...}}``, each ``{"worker", "xs", "ys"}`` lists for
-            a multi-line glyph: rounds and fractions (0-1). Score series longer than
-            ``max_points`` are thinned to every k-th round (the last one always kept), so a
-            long run stays cheap to draw.
+            a multi-line glyph: rounds and fractions (0-1), drawn as steps (a share holds
+            until the next event) up to the last round read. Series of more than
+            ``max_points`` events are thinned to every k-th one (the last always kept), so
+            a long run stays cheap to draw.
         """
         out = {}
         for key, x, m in (
@@ -653,12 +681,12 @@ class RunData:
                 step = math.ceil(len(x) / max_points)
                 keep = np.unique(np.r_[np.arange(0, len(x), step), len(x) - 1])
                 x, share = x[keep], share[keep]
-            if key == "rows":
-                # Shares hold from one partition to the next: draw steps, up to the last
-                # round read.
-                last = self.round_no.values[-1] if self.n_rounds else x[-1]
-                x = np.r_[np.repeat(x, 2)[1:], max(last, x[-1])]
-                share = np.repeat(share, 2, axis=0)
+            # Shares hold from one partition (or score update) to the next, and the
+            # trainer logs scores only when they change the partition: draw steps, up to
+            # the last round read, so a run that never re-balances still shows its line.
+            last = self.round_no.values[-1] if self.n_rounds else x[-1]
+            x = np.r_[np.repeat(x, 2)[1:], max(last, x[-1])]
+            share = np.repeat(share, 2, axis=0)
             out[key] = {
                 "worker": list(self.workers[: share.shape[1]]),
                 "xs": [x] * share.shape[1],
@@ -681,8 +709,8 @@ def _run_events(events: Sequence[Mapping[str, Any]], run_id: str | None) -> list
     return [e for e in events if e.get("run_id") == run_id]
 
 
-def _val_curve(events: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray, float]:
-    """Validation scores against seconds since the run's start, and that start."""
+def _curves(events: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Validation scores and training losses against seconds since the run's start."""
     t0 = math.nan
     for e in events:
         if e.get("event") == "run_start":
@@ -690,14 +718,17 @@ def _val_curve(events: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndar
             break
     if not math.isfinite(t0) and events:
         t0 = _num(events[0].get("time"))
-    ts, vs = [], []
+    out: dict[str, list] = {"val_t": [], "val": [], "loss_t": [], "loss": []}
     for e in events:
-        if e.get("event") == "round":
-            v = _num(e.get("val_score"))
-            if math.isfinite(v):
-                ts.append(_num(e.get("time")) - t0)
-                vs.append(v)
-    return np.asarray(ts, dtype=float), np.asarray(vs, dtype=float), t0
+        if e.get("event") != "round":
+            continue
+        t = _num(e.get("time")) - t0
+        for key, field in (("val", "val_score"), ("loss", "loss")):
+            v = _num(e.get(field))
+            if math.isfinite(v) and math.isfinite(t):
+                out[f"{key}_t"].append(t)
+                out[key].append(v)
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
 def compare_runs(
@@ -719,25 +750,29 @@ def compare_runs(
     -------
     comparison : dict
         ``target``, ``target_is_default`` and ``runs``: two dicts with ``run_id``,
-        ``partition`` (from the config), ``status``, ``rounds``, ``wall_s`` (Σ round
-        wall), ``efficiency``, ``fastest_worker``, ``fastest_idle_fraction``,
-        ``best_val_score``, ``final_val_score`` (the last validation score logged),
+        ``partition`` and ``sync`` (from the config), ``emulation`` (its label or None),
+        ``status``, ``rounds``, ``wall_s`` (Σ round wall), ``efficiency``,
+        ``fastest_worker``, ``fastest_idle_fraction``, ``best_val_score``,
+        ``final_val_score`` (the last validation score logged),
         ``time_to_target_s`` (seconds from ``run_start`` to the end of the first round
-        whose validation score is at least the target; None if never reached) and the
-        curve ``val_t``, ``val`` for a chart.
+        whose validation score is at least the target; None if never reached),
+        ``final_loss`` (the last training loss logged) and the curves ``val_t``, ``val``
+        and ``loss_t``, ``loss`` (seconds since ``run_start``) for the charts.
     """
     runs = []
     for src in (a, b):
         events = read_events(src) if isinstance(src, (str, os.PathLike)) else list(src)
         mine = _run_events(events, None)
         s = summarize(mine)
-        ts, vs, _ = _val_curve(mine)
+        curves = _curves(mine)
+        vs = curves["val"]
         start = next((e for e in mine if e.get("event") == "run_start"), None)
         cfg = (start or {}).get("config") or {}
         runs.append(
             {
                 "run_id": s["run_id"],
                 "partition": cfg.get("partition") if isinstance(cfg, Mapping) else None,
+                "sync": cfg.get("sync") if isinstance(cfg, Mapping) else None,
                 "emulation": emulation_label(cfg),
                 "status": s["status"] or ("running" if mine else None),
                 "rounds": s["rounds"],
@@ -747,8 +782,8 @@ def compare_runs(
                 "fastest_idle_fraction": s["fastest_idle_fraction"],
                 "best_val_score": float(vs.max()) if len(vs) else None,
                 "final_val_score": float(vs[-1]) if len(vs) else None,
-                "val_t": ts,
-                "val": vs,
+                "final_loss": float(curves["loss"][-1]) if len(curves["loss"]) else None,
+                **curves,
             }
         )
     is_default = target is None

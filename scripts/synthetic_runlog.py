@@ -1,8 +1,12 @@
 """Synthetic run logs: a TEST FIXTURE that imitates the trainer's run log.
 
-Until the trainer writes real logs, the monitor's tests and its benchmark need logs with
-realistic numbers. :class:`SyntheticRun` writes one through :class:`pipeline.runlog.RunLogWriter`
-(so the schema is the writer's, not a copy of it): workers with speeds in a fixed ratio
+The trainer writes real logs (the monitor's tests make one with a small real fit, see
+``tests/browser/real_run.py``); synthetic ones remain for what a real fit cannot give on
+demand: torn, empty and failed logs, lost and joined workers, and very long runs (the
+benchmark's 64 workers x 5,000 rounds).
+
+:class:`SyntheticRun` writes one through :class:`pipeline.runlog.RunLogWriter` (so the
+schema is the writer's, not a copy of it): workers with speeds in a fixed ratio
 (4:2:1 by default, "emulated" as in DESIGN.md), an initial partition from noisy probe
 scores, online scores, re-balances with moves, a loss that decays and a validation score
 that rises. The numbers follow DESIGN.md's definitions (``idle = wall - busy - comm``) and
@@ -58,7 +62,8 @@ class SyntheticRun:
     val_every : int, default=2
         Log a validation score every this many rounds.
     emulated : bool, default=True
-        Write ``emulated_speeds`` into the config, as the local emulated cluster does.
+        Write ``emulation`` (speeds and method) into the config, as the trainer does on
+        the local emulated cluster.
     seed : int, default=0
         Seed of the noise.
     run_id : str, optional
@@ -168,7 +173,11 @@ class SyntheticRun:
             "synthetic": True,
         }
         if self.emulated:
-            config["emulated_speeds"] = (self.speeds / self.speeds.min()).tolist()
+            # The shape the trainer writes for a local emulated cluster.
+            config["emulation"] = {
+                "speeds": (self.speeds / self.speeds.min()).tolist(),
+                "method": "duty cycle: sleep (k-1) x thread CPU time of each compute chunk",
+            }
         workers = [
             {
                 "name": n,

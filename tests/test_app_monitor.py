@@ -1,12 +1,17 @@
 """Fast tests of the monitor (app/rundata.py, app/monitor.py): no browser, no server.
 
-The run logs are synthetic (scripts/synthetic_runlog.py, a test fixture) or written by
-hand with RunLogWriter where the expected numbers must be known exactly.
+Real run logs come from a small real fit on an emulated local cluster, made once per
+session (tests/browser/real_run.py, ~5 s). Synthetic logs (scripts/synthetic_runlog.py, a
+test fixture) cover what a real fit does not give on demand (torn, empty, failed logs,
+lost and joined workers, appends); hand-made logs (RunLogWriter) are used where the
+expected numbers must be known exactly.
 """
 
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,6 +26,7 @@ from app.monitor import Monitor, RunMonitor, dashboard  # noqa: E402
 from app.rundata import RunData, compare_runs, emulation_label, list_runs  # noqa: E402
 from pipeline.runlog import RunLogWriter, read_events, summarize  # noqa: E402
 from scripts.synthetic_runlog import make_log  # noqa: E402
+from tests.browser.real_run import session_real_logs  # noqa: E402
 
 
 def _texts(viewable) -> str:
@@ -46,6 +52,132 @@ def _messages(viewable) -> list:
         if "hm-message" in (getattr(v, "css_classes", None) or []):
             out.append(v)
     return out
+
+
+@pytest.fixture(scope="session")
+def real_logs(tmp_path_factory):
+    """{"proportional": log, "equal": log} of two small real fits (read only: copy them)."""
+    return session_real_logs(tmp_path_factory)
+
+
+def _events(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_real_log_has_every_event_type_the_trainer_writes(real_logs):
+    """The fixture is what the monitor must read: a real fit's log, every event type."""
+    events = _events(real_logs["proportional"])
+    kinds = {e["event"] for e in events}
+    assert {"run_start", "score", "partition", "round", "run_end"} <= kinds
+    start = events[0]
+    assert start["event"] == "run_start"
+    assert start["config"]["partition"] == "proportional"
+    assert start["config"]["emulation"]["method"]  # an emulated local cluster
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+    assert isinstance(events[-1]["summary"], dict)
+    rounds = [e for e in events if e["event"] == "round"]
+    assert len(rounds) == 3 * 2  # 3 epochs x 2 rounds
+    # Rounds log a validation score or null (not evaluated that round): both are valid.
+    assert all(e["val_score"] is None or isinstance(e["val_score"], float) for e in rounds)
+    assert {e["source"] for e in events if e["event"] == "score"} >= {"probe"}
+
+
+def test_dashboard_builds_for_a_real_log(real_logs):
+    path = real_logs["proportional"]
+    events = _events(path)
+    rounds = [e for e in events if e["event"] == "round"]
+    layout = dashboard(path, live=False)
+    layout.get_root()  # renders every Bokeh/Panel model: a broken view fails here
+    mon = layout.monitor.current
+    d = mon.data
+    assert d.n_rounds == len(rounds) and d.status == "completed"
+    text = _texts(mon.header())
+    assert f"rounds: {len(rounds)}" in text
+    assert "heterogeneity emulated on one machine" in text
+    assert "partition=proportional" in text and "sync=hmdspt" in text
+    n_rows = events[0]["dataset"]["n_rows"]  # the trainer writes n_rows
+    assert f"{n_rows:,} rows × 20 features" in text
+    assert not _messages(mon.header())  # a completed, clean log: no alert
+    # Workers in natural order, whatever order run_start listed them in.
+    names = sorted(w["name"] for w in events[0]["workers"])
+    assert list(mon.idle_src.data["worker"]) == names
+    assert list(mon.fig_timeline.y_range.factors) == names[::-1]
+    # Idle bars are summarize()'s idle fractions, and the efficiency run_end's summary.
+    s = summarize(events)
+    for name, pct in zip(mon.idle_src.data["worker"], mon.idle_src.data["idle_pct"]):
+        assert pct == pytest.approx(100 * s["workers"][name]["idle_fraction"])
+    assert d.summary()["efficiency"] == pytest.approx(events[-1]["summary"]["efficiency"])
+    # Loss on every round; validation only where the round has a score.
+    assert len(mon.loss_src.data["t"]) == len(rounds)
+    n_val = sum(e["val_score"] is not None for e in rounds)
+    assert len(mon.val_src.data["t"]) == n_val
+    assert mon.fig_val.title.text.startswith("Validation score")
+    # Timeline: busy, comm and idle of each worker in each round.
+    assert len(mon.seg_src["busy"].data["left"]) == len(rounds) * len(names)
+    assert len(mon.rows_share_src.data["xs"]) == len(names)
+    assert len(mon.score_share_src.data["xs"]) == len(names)
+    # Re-balances (partition events with moves) are marked; the initial partition is not.
+    moved = [e for e in events if e["event"] == "partition" and e["moves"]]
+    assert mon.marker_src.data["kind"] == ["re-balance"] * len(moved)
+
+
+def test_moves_as_lists_and_null_validation_scores(real_logs, tmp_path):
+    """A real log rewritten with moves as [src, dst, rows] lists and no validation."""
+    lines = []
+    for e in _events(real_logs["proportional"]):
+        if e["event"] == "partition":
+            e["moves"] = [[m["src"], m["dst"], m["rows"]] for m in e["moves"]] or [
+                ["worker-1", "worker-0", 7]  # one move at least, in list form
+            ]
+            e["rows_moved"] = sum(m[2] for m in e["moves"])
+        if e["event"] == "round":
+            e["val_score"] = None
+        lines.append(json.dumps(e))
+    path = tmp_path / "lists.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    mon = RunMonitor(path=str(path))
+    pn.Column(mon.panel()).get_root()
+    n_parts = sum(e["event"] == "partition" for e in _events(path))
+    assert mon.marker_src.data["kind"] == ["re-balance"] * n_parts
+    assert all(re.search(r"rows in \d+ moves", label) for label in mon.marker_src.data["label"])
+    assert len(mon.val_src.data["t"]) == 0
+    assert "none logged" in mon.fig_val.title.text
+    other = tmp_path / "other.jsonl"
+    shutil.copy(real_logs["equal"], other)
+    res = compare_runs(path, other)
+    assert res["runs"][0]["best_val_score"] is None and res["target"] is None
+    assert res["runs"][0]["final_loss"] is not None
+
+
+def test_comparison_of_two_real_runs(real_logs, tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for name, src in (
+        ("equal.jsonl", real_logs["equal"]),
+        ("hmdspt.jsonl", real_logs["proportional"]),
+    ):
+        shutil.copy(src, folder / name)
+    os.utime(folder / "hmdspt.jsonl", (time.time() + 5, time.time() + 5))  # the newest
+    res = compare_runs(folder / "hmdspt.jsonl", folder / "equal.jsonl")
+    a, b = res["runs"]
+    assert (a["partition"], b["partition"]) == ("proportional", "equal")
+    assert a["rounds"] == b["rounds"] == 6
+    assert a["emulation"].startswith("heterogeneity emulated on one machine")
+    for r in (a, b):
+        assert r["status"] == "completed" and 0 < r["efficiency"] <= 1
+        assert len(r["loss"]) == 6 and r["final_loss"] == pytest.approx(r["loss"][-1])
+        if r["best_val_score"] is not None:  # both runs score on the same held-out split
+            assert res["target"] is not None and len(r["val"]) == len(r["val_t"])
+    # The Compare tab defaults to the newest run against the other partition.
+    mon = Monitor(path=str(folder), live=False)
+    cmp_ = mon.comparison
+    assert (Path(cmp_.run_a).name, Path(cmp_.run_b).name) == ("hmdspt.jsonl", "equal.jsonl")
+    view = cmp_.view()
+    pn.Column(view).get_root()
+    table = view.objects[0].object
+    assert "proportional" in table and "equal" in table
+    assert "heterogeneity emulated on one machine" in table
+    assert "final training loss" in table
 
 
 def test_dashboard_builds_for_a_synthetic_log(tmp_path):
@@ -233,6 +365,16 @@ def test_a_file_with_two_runs_follows_the_last_one(tmp_path):
 
 
 def test_emulation_label():
+    method = "duty cycle: sleep (k-1) x thread CPU time of each compute chunk"
+    # What the trainer writes for local_cluster(speeds=(4, 2, 1)).
+    assert emulation_label({"emulation": {"speeds": [4.0, 2.0, 1.0], "method": method}}) == (
+        f"heterogeneity emulated on one machine (speeds 4:2:1; {method})"
+    )
+    assert emulation_label({"emulation": {"speeds": {"a": 2, "b": 1}}}).endswith("(speeds 2:1)")
+    # Speeds that are not numbers (e.g. worker names) are left out, the method kept.
+    assert emulation_label({"emulation": {"speeds": ["w0", "w1"], "method": method}}) == (
+        f"heterogeneity emulated on one machine ({method})"
+    )
     assert emulation_label({"emulated_speeds": [4, 2, 1]}).startswith(
         "heterogeneity emulated on one machine (speeds 4:2:1)"
     )
