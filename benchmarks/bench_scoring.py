@@ -1,14 +1,26 @@
-"""How well and how cheaply the probe measures an emulated 4:2:1 cluster.
+"""What the speed probe costs, as a fraction of one epoch, and how well it measures 4:2:1.
 
-Prints, for a few probe lengths, the scores the probe measured relative to the slowest
-worker (the emulation asks for 4:2:1), how long the probe took, and how much CPU other
-processes used meanwhile (the machine may be shared; a busy foreign core distorts the
-emulation). Then the time of one full epoch of the same model on ``--rows`` rows on the
-fastest worker, so that the probe's cost can be read as a fraction of an epoch.
+Two jobs on an emulated 4:2:1 cluster (``pipeline.cluster.local_cluster``, 3 worker
+processes, 1 thread each):
+
+- ``synthetic``: 100,000 random rows, MLP 100-128-64-10 (DESIGN.md's reference shape);
+- ``kdd``: KDD Cup 99 10 % (494,021 rows, 41 features, 5 categories), MLP 41-64-32-5,
+  from ``../shared/datasets/kddcup99_10pct`` (or ``$HMDSPT_DATASETS``).
+
+For each job, first the wall time of one HMDSPT epoch on the same cluster: a
+``BPNNClassifier(client=..., max_iter=2, rounds_per_epoch=1)`` fit with a run log; each
+``round`` event of the log is then one epoch, timed from broadcast to merged update (the
+fit's own probe, staging and warm start are outside it), and its per-worker
+``rows / busy_s`` are the speeds the probe should predict. Then the probes, each repeated:
+the adaptive default, the adaptive probe capped by the data set size (``n_rows_total``),
+and the fixed 1 s probe the trainer used so far. For each: the scores relative to the
+slowest worker, the probe's driver wall time, the rows it trained, its cost as a fraction
+of one epoch (wall / epoch wall, and rows / data set rows), and the CPU other processes
+used meanwhile (the machine may be shared; a busy foreign core distorts the emulation).
 
 Run from the repository root::
 
-    python benchmarks/bench_scoring.py [--seconds 1 2 3] [--rows 100000]
+    python benchmarks/bench_scoring.py [--jobs synthetic kdd] [--repeats 2]
 
 Nothing is asserted; results are emulated heterogeneity on one machine.
 """
@@ -16,9 +28,14 @@ Nothing is asserted; results are emulated heterogeneity on one machine.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
+import tempfile
 import time
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,99 +43,146 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from distributed import Client  # noqa: E402
 
-from benchmarks._common import busy_cpu_seconds, own_cpu_seconds  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    busy_cpu_seconds,
+    dataset_path,
+    header,
+    own_cpu_seconds,
+)
 from pipeline.cluster import local_cluster  # noqa: E402
-from pipeline.scoring import score_workers  # noqa: E402
+from pipeline.runlog import read_events  # noqa: E402
+from pipeline.scoring import probe_workers  # noqa: E402
+
+BATCH = 256
 
 
-def epoch_task(layer_sizes, n_rows, batch_size, seed=0):
-    """One epoch of shuffled Adam mini-batches over synthetic rows; compute seconds.
+@dataclass
+class Job:
+    """A data set and the model trained on it."""
 
-    Defined here, so pickled by value: fine for one call, not for a per-round task.
-    """
-    from pipeline.nn import MLP, AdamOptimizer
-    from pipeline.worker_tasks import throttled
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    hidden: tuple[int, ...]
 
-    rng = np.random.RandomState(seed)
-    model = MLP(layer_sizes)
-    model.initialize(rng)
-    opt = AdamOptimizer(model.n_params)
-    X = rng.standard_normal((n_rows, layer_sizes[0])).astype(np.float32)
-    Y = np.eye(layer_sizes[-1], dtype=np.float32)[rng.randint(layer_sizes[-1], size=n_rows)]
-    order = rng.permutation(n_rows)
-    start = time.perf_counter()
-    for lo in range(0, n_rows, batch_size * 64):  # chunks of 64 steps under the throttle
-        with throttled():
-            for s in range(lo, min(lo + batch_size * 64, n_rows), batch_size):
-                idx = order[s : s + batch_size]
-                model.loss_and_grad(X[idx], Y[idx])
-                opt.update(model.params, model.grad)
-    return time.perf_counter() - start
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return (self.X.shape[1], *self.hidden, int(self.y.max()) + 1)
+
+
+def synthetic_job(n_rows: int = 100_000) -> Job:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n_rows, 100), dtype=np.float32)
+    return Job("synthetic 100k", X, rng.integers(10, size=n_rows), (128, 64))
+
+
+def kdd_job() -> Job:
+    data = np.load(dataset_path("kddcup99_10pct", "kddcup99_10pct.npz"))
+    # Scales span nine orders of magnitude (the data set's README): log, then standardise.
+    X = np.log1p(np.maximum(data["X_train"], 0.0))
+    X = ((X - X.mean(0)) / np.maximum(X.std(0), 1e-6)).astype(np.float32)
+    return Job("KDD Cup 99 10%", X, data["y5_train"], (64, 32))
+
+
+def epoch_rounds(client: Client, job: Job) -> list[dict]:
+    """``round`` events of a 2-epoch, 1-round-per-epoch HMDSPT fit (one per epoch)."""
+    from pipeline.estimator import BPNNClassifier
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "run.jsonl")
+        clf = BPNNClassifier(
+            job.hidden,
+            batch_size=BATCH,
+            max_iter=2,
+            random_state=0,
+            client=client,
+            rounds_per_epoch=1,
+            run_log=log,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ConvergenceWarning: 2 epochs on purpose
+            clf.fit(job.X, job.y)
+        return [e for e in read_events(log) if e["event"] == "round"]
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--jobs", nargs="+", default=["synthetic", "kdd"])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--layers", type=int, nargs="+", default=[100, 128, 64, 10])
-    parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
-    layers = tuple(args.layers)
 
+    header("speed probe: cost per epoch and accuracy on an emulated 4:2:1 cluster")
     with local_cluster((4, 2, 1)) as cluster, Client(cluster) as client:
         names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
-        by_name = {n: a for a, n in names.items()}
-        order = sorted(by_name)
+        order = sorted(names.values())
         pids = [os.getpid(), *client.run(os.getpid).values()]
-        print(f"cluster: {cluster.emulation}")
-        print(f"model {layers}, batch {args.batch_size}, {os.cpu_count()} cores")
-        print()
-        print(
-            f"{'probe s':>8} {'wall s':>7}  {' : '.join(order):<30} {'max/min':>8} {'foreign':>8}"
-        )
-        probe_walls = {}
-        for seconds in args.seconds:
-            for _ in range(args.repeats):
-                busy0, own0 = busy_cpu_seconds(), own_cpu_seconds(pids)
-                t0 = time.perf_counter()
-                scores = score_workers(client, layers, seconds=seconds, batch_size=args.batch_size)
-                wall = time.perf_counter() - t0
-                foreign = (busy_cpu_seconds() - busy0 - (own_cpu_seconds(pids) - own0)) / wall
-                probe_walls[seconds] = wall
-                s = {names[a]: v for a, v in scores.items()}
-                slowest = min(s.values())
-                rel = " : ".join(f"{s[n] / slowest:.2f}" for n in order)
-                print(
-                    f"{seconds:8.1f} {wall:7.2f}  {rel:<30} {max(s.values()) / slowest:8.2f} "
-                    f"{foreign:7.2f}c"
-                )
-                fastest_name = max(s, key=s.get)
-                fastest_speed = s[fastest_name]
-
-        print()
-        epoch_s = client.submit(
-            epoch_task,
-            layers,
-            args.rows,
-            args.batch_size,
-            workers=[by_name["worker-0"]],
-            allow_other_workers=False,
-            pure=False,
-        ).result()
-        print(
-            f"one epoch of {args.rows} rows on worker-0 (fastest): {epoch_s:.2f} s compute "
-            f"({args.rows / epoch_s:,.0f} samples/s; last probe said {fastest_speed:,.0f} "
-            f"on {fastest_name})"
-        )
-        for seconds, wall in probe_walls.items():
-            # Rows from which this probe costs under 10 % of one epoch on the fastest worker.
-            rows_10pct = 10 * wall * args.rows / epoch_s
+        print(f"cluster: {cluster.emulation}; batch {BATCH}")
+        for name in args.jobs:
+            job = synthetic_job() if name == "synthetic" else kdd_job()
+            n = len(job.X)
+            rounds = epoch_rounds(client, job)
+            walls = [e["wall_s"] for e in rounds]
+            epoch_s = statistics.mean(walls)
+            print()
+            print(f"## {job.name}: {n:,} rows, MLP {'-'.join(map(str, job.layers))}")
             print(
-                f"  a {seconds:g} s probe took {wall:.2f} s = {wall / epoch_s:.0%} of that epoch; "
-                f"under 10 % of an epoch from {rows_10pct:,.0f} rows on"
+                "one HMDSPT epoch (round wall, 1 round/epoch): "
+                + ", ".join(f"{w:.3f}" for w in walls)
+                + f" s; mean {epoch_s:.3f} s"
             )
-        print("(emulated heterogeneity: 3 worker processes throttled on one machine)")
+            # What the probe should predict: each worker's own speed in those rounds.
+            for e in rounds:
+                sp = {w: v["rows"] / v["busy_s"] for w, v in e["workers"].items()}
+                low = min(sp.values())
+                print(
+                    f"  round {e['round']} speeds (rows / busy_s): "
+                    + " : ".join(f"{sp[w] / low:.2f}" for w in order)
+                    + f" ({', '.join(f'{sp[w]:,.0f}' for w in order)} rows/s)"
+                )
+            rng = np.random.default_rng(1)
+            sample = rng.choice(n, size=min(n, 4096), replace=False)
+            X_s = job.X[sample]
+            Y_s = np.eye(job.layers[-1], dtype=np.float32)[job.y[sample]]
+            probes = [
+                ("adaptive", {}),
+                ("adaptive, capped", {"n_rows_total": n}),
+                ("fixed 1 s", {"seconds": 1.0}),
+            ]
+            print(
+                f"{'probe':<17} {'wall s':>6} {'busy s':>6} {'rows':>9}  "
+                f"{' : '.join(order):<28} {'max/min':>7} {'median':>6} {'% epoch':>7} "
+                f"{'% rows':>6} {'ideal ep':>8} {'foreign':>7}  stops"
+            )
+            for label, kwargs in probes:
+                for _ in range(args.repeats):
+                    busy0, own0 = busy_cpu_seconds(), own_cpu_seconds(pids)
+                    t0 = time.perf_counter()
+                    r = probe_workers(client, job.layers, batch_size=BATCH, X=X_s, Y=Y_s, **kwargs)
+                    wall = time.perf_counter() - t0
+                    foreign = (busy_cpu_seconds() - busy0 - (own_cpu_seconds(pids) - own0)) / wall
+                    s = {names[a]: v for a, v in r.speeds.items()}
+                    slowest = min(s.values())
+                    rel = " : ".join(f"{s[w] / slowest:.2f}" for w in order)
+                    busy = max(d["busy_s"] for d in r.details.values())
+                    stops = "/".join(sorted({d.get("stop", "seconds") for d in r.details.values()}))
+                    # The epoch as the probe predicts it: balanced shares, free barrier.
+                    ideal = n / sum(r.speeds.values())
+                    # The median estimator's max/min, for comparison (adaptive probe only).
+                    med = [d.get("median_speed", math.nan) for d in r.details.values()]
+                    med_ratio = max(med) / min(med)
+                    print(
+                        f"{label:<17} {r.wall_s:6.2f} {busy:6.2f} {r.rows:9,}  {rel:<28} "
+                        f"{max(s.values()) / slowest:7.2f} {med_ratio:6.2f} "
+                        f"{r.wall_s / epoch_s:7.0%} {r.epoch_fraction(n):6.0%} {ideal:7.3f}s "
+                        f"{foreign:6.2f}c  {stops}"
+                    )
+        print()
+        print(
+            "max/min: the probe's scores (default estimator); median: the median estimator's; "
+            "% epoch = probe wall / epoch wall; % rows = probe rows / data set rows; ideal ep = "
+            "rows / sum of probe speeds. Emulated heterogeneity: 3 throttled worker processes "
+            "on one machine."
+        )
 
 
 if __name__ == "__main__":

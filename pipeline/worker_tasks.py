@@ -43,6 +43,8 @@ __all__ = [
     "ThrottleRecord",
     "current_slowdown",
     "get_slowdowns",
+    "PROBE_ESTIMATORS",
+    "chunk_speed",
     "probe_task",
     "set_slowdown",
     "throttled",
@@ -201,6 +203,13 @@ def get_slowdowns(client: Client) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------- probe
+# Normal-theory constants of the median's standard error from the median absolute
+# deviation: sigma ~ 1.4826 MAD, se(median) ~ sqrt(pi / 2) sigma / sqrt(n).
+_MAD_TO_SIGMA = 1.4826
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
+PROBE_ESTIMATORS = ("trimmed", "median")
+
+
 def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activation: str):
     if out_activation == "softmax":
         Y = np.zeros((n, n_out), dtype=np.float32)
@@ -211,9 +220,98 @@ def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activ
     return rng.standard_normal((n, n_out)).astype(np.float32)
 
 
+# Least thread-CPU seconds of a throttled compute chunk. Each sleep pays a wake-up latency
+# of its own; with chunks of a few milliseconds (16 batches of a small MLP) it showed as
+# the slow workers measuring ~15 % slower than 1/k. Tens of milliseconds keep it small.
+CHUNK_CPU_S = 0.05
+
+
+def batches_per_chunk(cpu_s: float, batches: int, target_s: float = CHUNK_CPU_S) -> int:
+    """Batches a chunk needs for ``target_s`` of CPU, from one that took ``cpu_s``."""
+    if cpu_s <= 0 or batches < 1:
+        return max(batches, 1)
+    return max(1, int(np.ceil(target_s * batches / cpu_s)))
+
+
+def chunk_speed(
+    rows: Sequence[float],
+    walls: Sequence[float],
+    estimator: str = "trimmed",
+    hiccup_factor: float = 3.0,
+) -> tuple[float, float, int]:
+    """Speed of a worker from its timed chunks, its relative standard error, chunks dropped.
+
+    Parameters
+    ----------
+    rows : sequence of float
+        Rows of each chunk.
+    walls : sequence of float
+        Wall seconds of each chunk (emulation sleeps included).
+    estimator : {"trimmed", "median"}, default="trimmed"
+        ``"trimmed"``: drop the hiccups, chunks whose seconds per row exceed
+        ``hiccup_factor`` times the median, then total rows over total seconds of the rest;
+        the relative standard error is that of the mean seconds per row of the kept chunks.
+        ``"median"``: the median of the chunk speeds; its relative standard error is
+        ``sqrt(pi / 2) * 1.4826 * MAD / sqrt(n) / median`` (the median of normal draws, the
+        spread taken from the median absolute deviation); nothing is dropped.
+    hiccup_factor : float, default=3.0
+        ``"trimmed"`` only: how many times slower than the median a chunk must be to count
+        as a hiccup rather than as contention.
+
+    Returns
+    -------
+    speed : float
+        Samples per second.
+    rel_se : float
+        Relative standard error of ``speed``; ``inf`` with fewer than two chunks.
+    dropped : int
+        Chunks dropped as hiccups.
+
+    Notes
+    -----
+    Why trimmed by default, not the median: what a round will achieve is its rows over its
+    seconds, the time average. Contention from neighbours is not a rare hiccup but part of
+    that average: measured on the emulated 4:2:1 cluster, the fastest worker's chunks run
+    steadily at one speed and, while a neighbour's duty cycle overlaps them, 1.2-2x slower.
+    The median ignores that slower minority and scored the fastest worker 5-20 % too fast
+    (against ``rows / busy_s`` of a 1-2 s probe). A hiccup (a foreign process, a garbage
+    collection, a stalled heartbeat) stretches a chunk several-fold; dropping chunks slower
+    than ``hiccup_factor`` times the median removes those and keeps the contention.
+    Measured, a 99th-percentile chunk took 1.4-2.3x the median time.
+
+    Examples
+    --------
+    >>> rows, walls = [100] * 5, [1.0, 1.0, 1.0, 1.5, 10.0]  # contention, then a hiccup
+    >>> chunk_speed(rows, walls)[::2]  # 400 rows in 4.5 s; the 10 s chunk dropped
+    (88.88888888888889, 1)
+    >>> chunk_speed(rows, walls, "median")[::2]
+    (100.0, 0)
+    """
+    r = np.asarray(rows, dtype=np.float64)
+    w = np.asarray(walls, dtype=np.float64)
+    if estimator == "median":
+        x = r / w
+        median = float(np.median(x))
+        if x.size < 2 or median <= 0.0:
+            return median, math.inf, 0
+        mad = float(np.median(np.abs(x - median)))
+        rel_se = _MEDIAN_SE_FACTOR * _MAD_TO_SIGMA * mad / math.sqrt(x.size) / median
+        return median, rel_se, 0
+    if estimator != "trimmed":
+        raise ValueError(f"estimator must be one of {PROBE_ESTIMATORS}, got {estimator!r}")
+    t = w / r  # seconds per row of each chunk
+    keep = t <= hiccup_factor * np.median(t)
+    speed = float(r[keep].sum() / w[keep].sum())
+    n = int(keep.sum())
+    if n < 2:
+        return speed, math.inf, int(t.size - n)
+    tk = t[keep]
+    return speed, float(tk.std(ddof=1) / math.sqrt(n) / tk.mean()), int(t.size - n)
+
+
 def probe_task(
     layer_sizes: Sequence[int],
-    seconds: float = 2.0,
+    seconds: float | None = None,
     batch_size: int = 256,
     seed: int = 0,
     X: np.ndarray | None = None,
@@ -221,27 +319,47 @@ def probe_task(
     n_rows: int = 4096,
     hidden_activation: str = "relu",
     out_activation: str = "softmax",
-    chunk_seconds: float = 0.05,
-    warmup_steps: int = 2,
-) -> dict[str, float | int]:
+    chunk_batches: int = 16,
+    warmup_steps: int = 8,
+    *,
+    min_seconds: float = 0.1,
+    max_seconds: float = 2.0,
+    rel_tol: float = 0.05,
+    min_chunks: int = 8,
+    max_rows: int | None = None,
+    estimator: str = "trimmed",
+    hiccup_factor: float = 3.0,
+) -> dict[str, Any]:
     """Measure this worker's training speed with real Adam steps of the real model shape.
 
-    Runs ``MLP.loss_and_grad`` + ``AdamOptimizer.update`` on mini-batches, in chunks of about
-    ``chunk_seconds`` of CPU each under :func:`throttled`, until about ``seconds`` of wall
-    time have been spent computing. Submit it to every worker at once (see
-    :func:`pipeline.scoring.score_workers`): run concurrently, the workers contend for the
-    machine as they will in training.
+    Trains the model shape with :func:`pipeline.nn.minibatch_pass` (the round's own loop,
+    row gather included) in chunks of ``chunk_batches`` mini-batches, each under
+    :func:`throttled` as in a training round, and times every chunk in wall seconds. Submit
+    it to every worker at once (see :func:`pipeline.scoring.score_workers`): run
+    concurrently, the workers contend for the machine as they will in training.
+
+    Two modes:
+
+    - **adaptive** (``seconds=None``, the default): after every chunk, stop when at least
+      ``min_seconds`` and ``min_chunks`` are done and the relative standard error of the
+      speed estimated from the chunks (:func:`chunk_speed`) is below ``rel_tol``, or when
+      ``max_rows`` rows are done (never before that minimum), or at ``max_seconds``
+      whatever the precision. A steady worker stops after about ``min_seconds``; a noisy
+      one probes longer, up to ``max_seconds``. The speed is robust to hiccups: by default
+      the time average of the chunks without the hiccups, optionally their median.
+    - **fixed** (``seconds`` given, the original probe): chunks until ``seconds`` of busy
+      wall time have passed; the speed is ``rows / busy_s``.
 
     Parameters
     ----------
     layer_sizes : sequence of int
         Units per layer of the model to be trained, input first.
-    seconds : float, default=2.0
-        Budget of measured busy (wall) seconds; the last chunk may overrun it by one chunk.
+    seconds : float, optional
+        Fixed busy (wall) seconds to probe; the last chunk may overrun it. None: adaptive.
     batch_size : int, default=256
         Rows per mini-batch, as in training.
     seed : int, default=0
-        Seed of the initial weights and of synthetic rows.
+        Seed of the initial weights, the row order and synthetic rows.
     X : ndarray of shape (n, layer_sizes[0]), optional
         Sample rows of the real data; synthetic standard normal rows if None.
     Y : ndarray of shape (n, layer_sizes[-1]), optional
@@ -250,20 +368,72 @@ def probe_task(
         Synthetic rows to cycle through when ``X`` is None.
     hidden_activation, out_activation : str
         As in :class:`pipeline.nn.MLP`.
-    chunk_seconds : float, default=0.05
-        Thread CPU seconds per throttled chunk.
-    warmup_steps : int, default=2
+    chunk_batches : int, default=16
+        Mini-batches per throttled chunk: the training round's default
+        (:class:`RoundSpec`), so that the emulated duty cycle, and the contention it
+        causes, is the one training will see.
+    warmup_steps : int, default=8
         Unmeasured steps first (buffer allocation, caches).
+    min_seconds : float, default=0.1
+        Adaptive mode: least busy seconds, so that every worker is measured while the
+        others run too (a worker probing alone would see no contention).
+    max_seconds : float, default=2.0
+        Adaptive mode: most busy seconds (the last chunk may overrun it).
+    rel_tol : float, default=0.05
+        Adaptive mode: target relative standard error of the median speed (0: run to
+        ``max_seconds`` or ``max_rows``).
+    min_chunks : int, default=8
+        Adaptive mode: least chunks before the spread of their speeds is trusted.
+    max_rows : int, optional
+        Adaptive mode: most rows to process once the minimum is met; the last chunk is cut
+        to whole mini-batches so that it overruns by less than one mini-batch.
+    estimator : {"trimmed", "median"}, default="trimmed"
+        Adaptive mode: how the chunks make one speed; see :func:`chunk_speed`.
+    hiccup_factor : float, default=3.0
+        Adaptive mode, ``"trimmed"``: a chunk that many times slower than the median chunk
+        is a hiccup and left out.
 
     Returns
     -------
     result : dict
         ``rows`` (int, rows processed in measured steps), ``steps`` (int), ``busy_s``
         (float, wall seconds of the measured compute including the emulation's sleeps) and
-        ``speed`` (float, ``rows / busy_s`` in samples per second).
+        ``speed`` (float, samples per second). Adaptive mode adds ``chunks`` (int),
+        ``dropped`` (chunks left out as hiccups), ``rel_se`` (of ``speed``), ``stop`` (why
+        it stopped: ``"rel_tol"``, ``"max_rows"`` or ``"max_seconds"``) and, for
+        comparison, ``mean_speed`` (``rows / busy_s``, hiccups included),
+        ``trimmed_speed`` and ``median_speed`` (both estimators).
+
+    Notes
+    -----
+    Why robust in adaptive mode: a probe of a few tenths of a second holds few chunks, and
+    one chunk stretched by a scheduling hiccup (a foreign process, a garbage collection,
+    the worker's own heartbeat) would move the plain average by its full length. Hiccups
+    are real costs, but spread over a training round's seconds rather than concentrated in
+    a probe, and the online scorer measures them from ``rows / busy_s`` of every round.
+    The fixed mode keeps its original ``rows / busy_s`` (a long probe averages them out).
     """
-    if seconds <= 0 or batch_size < 1:
-        raise ValueError("seconds must be > 0 and batch_size >= 1")
+    adaptive = seconds is None
+    if batch_size < 1 or chunk_batches < 1:
+        raise ValueError("batch_size and chunk_batches must be >= 1")
+    if adaptive:
+        if not (0 <= min_seconds <= max_seconds and max_seconds > 0):
+            raise ValueError(
+                f"need 0 <= min_seconds <= max_seconds and max_seconds > 0, got "
+                f"min_seconds={min_seconds!r}, max_seconds={max_seconds!r}"
+            )
+        if not rel_tol >= 0 or min_chunks < 2:
+            raise ValueError("rel_tol must be >= 0 and min_chunks >= 2")
+        if max_rows is not None and max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows!r}")
+        if estimator not in PROBE_ESTIMATORS or not hiccup_factor > 1:
+            raise ValueError(
+                f"estimator must be one of {PROBE_ESTIMATORS} and hiccup_factor > 1, got "
+                f"{estimator!r}, {hiccup_factor!r}"
+            )
+    elif not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+
     rng = np.random.RandomState(seed)
     model = MLP(layer_sizes, hidden_activation=hidden_activation, out_activation=out_activation)
     model.initialize(rng)
@@ -279,37 +449,98 @@ def probe_task(
     Y = np.ascontiguousarray(Y, dtype=model.dtype)
     if Y.shape != (X.shape[0], n_out):
         raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
-    # Whole batches only (a short last batch would be a different, cheaper step); tiny
-    # samples are tiled up to one batch.
-    if X.shape[0] < batch_size:
-        reps = -(-batch_size // X.shape[0])
-        X, Y = np.tile(X, (reps, 1))[:batch_size], np.tile(Y, (reps, 1))[:batch_size]
-    starts = np.arange(0, X.shape[0] - batch_size + 1, batch_size)
-    batches = [(X[s : s + batch_size], Y[s : s + batch_size]) for s in starts]
+    # Arrays that arrive through Dask's comms can be misaligned (measured: float32 rows at
+    # an odd address), and the row gather on them ran the probe 2.4x slower than training
+    # on staged shards, which are copied to aligned memory (see ``pipeline.staging.Shard``).
+    X = X if X.flags.aligned else X.copy()
+    Y = Y if Y.flags.aligned else Y.copy()
 
-    def step(i: int) -> None:
-        xb, yb = batches[i % len(batches)]
-        model.loss_and_grad(xb, yb)
-        opt.update(model.params, model.grad)
+    # The row order cycles through the sample in a shuffled order, a whole number of
+    # chunks long: every chunk is ``chunk_batches`` full batches (a short last batch would
+    # be a different, cheaper step) however few sample rows there are.
+    n_sample = X.shape[0]
+    buffers = BatchBuffers(batch_size, n_in, n_out, model.dtype)
+    warm = rng.permutation(n_sample)[np.arange(batch_size * max(warmup_steps, 1)) % n_sample]
+    cpu_start = time.thread_time()
+    minibatch_pass(model, opt, X, Y, warm, batch_size, buffers)
+    if not adaptive:
+        # Fixed mode measures the emulated speeds as training runs them: chunks of at
+        # least CHUNK_CPU_S of compute (see there). Adaptive mode keeps short chunks so it
+        # can stop early; its throttled workers then read a little slow (up to ~15 %),
+        # which the online scorer corrects from the first training round on.
+        chunk_batches = max(
+            chunk_batches,
+            batches_per_chunk(time.thread_time() - cpu_start, max(warmup_steps, 1)),
+        )
+    chunk_rows = batch_size * chunk_batches
+    order = rng.permutation(n_sample)[np.arange(chunk_rows * -(-n_sample // chunk_rows)) % n_sample]
 
-    for i in range(warmup_steps):
-        step(i)
-
-    steps = 0
+    chunk_rows_done: list[int] = []  # rows and wall seconds of every measured chunk
+    chunk_walls: list[float] = []
+    rows = steps = 0
+    pos = 0
+    stop = "seconds"
+    next_check = min_chunks  # precision is checked at geometrically spaced chunk counts
     busy_start = time.perf_counter()
-    busy = 0.0
-    while busy < seconds:
+    while True:
+        take = chunk_rows
+        if adaptive and max_rows is not None and rows + take > max_rows:
+            # Cut the chunk to the rows left, but only once the minimum is met: before it,
+            # the minimum wins over the row budget.
+            if time.perf_counter() - busy_start >= min_seconds and len(chunk_walls) >= min_chunks:
+                take = batch_size * max(1, -(-(max_rows - rows) // batch_size))
+        idx = order[pos : pos + take]
+        pos = (pos + take) % len(order)
+        chunk_start = time.perf_counter()
         with throttled():
-            chunk_start = time.thread_time()
-            # At least one step per chunk; then until the chunk holds enough CPU time.
-            while True:
-                step(steps)
-                steps += 1
-                if time.thread_time() - chunk_start >= chunk_seconds:
-                    break
-        busy = time.perf_counter() - busy_start
-    rows = steps * batch_size
-    return {"rows": rows, "steps": steps, "busy_s": busy, "speed": rows / busy}
+            _, n_steps = minibatch_pass(model, opt, X, Y, idx, batch_size, buffers)
+        now = time.perf_counter()
+        steps += n_steps
+        rows += len(idx)
+        busy = now - busy_start
+        if not adaptive:
+            if busy >= seconds:
+                break
+            continue
+        chunk_rows_done.append(len(idx))
+        chunk_walls.append(now - chunk_start)
+        n_chunks = len(chunk_walls)
+        if busy >= max_seconds:
+            stop = "max_seconds"
+            break
+        if busy < min_seconds or n_chunks < min_chunks:
+            continue
+        if max_rows is not None and rows >= max_rows:
+            stop = "max_rows"
+            break
+        if n_chunks >= next_check:
+            # The estimate is O(n): checking at chunk counts 5 % apart keeps the bookkeeping
+            # linear in the chunks even for tiny models with sub-millisecond chunks.
+            next_check = max(n_chunks + 1, math.ceil(n_chunks * 1.05))
+            _, rel_se, _ = chunk_speed(chunk_rows_done, chunk_walls, estimator, hiccup_factor)
+            if rel_se < rel_tol:
+                stop = "rel_tol"
+                break
+
+    busy = time.perf_counter() - busy_start
+    result: dict[str, Any] = {"rows": rows, "steps": steps, "busy_s": busy, "speed": rows / busy}
+    if adaptive:
+        estimates = {
+            name: chunk_speed(chunk_rows_done, chunk_walls, name, hiccup_factor)
+            for name in PROBE_ESTIMATORS
+        }
+        speed, rel_se, dropped = estimates[estimator]
+        result.update(
+            speed=speed,
+            chunks=len(chunk_walls),
+            dropped=dropped,
+            rel_se=rel_se,
+            stop=stop,
+            mean_speed=rows / busy,
+            trimmed_speed=estimates["trimmed"][0],
+            median_speed=estimates["median"][0],
+        )
+    return result
 
 
 # ----------------------------------------------------------------------------------
@@ -456,9 +687,12 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
             steps = 1
         payload = compress(model.grad.copy(), "none")
     else:
-        chunk = spec.batch_size * spec.chunk_batches
-        for lo in range(0, quota, chunk):
-            with throttled():
+        # Chunk size from the last chunk's CPU time, kept per run on the worker.
+        n_batches = state.get("chunk_batches", spec.chunk_batches)
+        lo = 0
+        while lo < quota:
+            chunk = spec.batch_size * n_batches
+            with throttled() as record:
                 part_loss, part_steps = minibatch_pass(
                     model,
                     optimizer,
@@ -468,8 +702,12 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
                     spec.batch_size,
                     state["buffers"],
                 )
+            if part_steps == n_batches:  # a full chunk: a fair measure of its cost
+                n_batches = batches_per_chunk(record.cpu_s, part_steps)
+            lo += chunk
             loss_sum += part_loss
             steps += part_steps
+        state["chunk_batches"] = n_batches
         delta = model.params  # reuse the buffer: w_i - w_t in place
         delta -= params
         feedback = state["feedback"]
