@@ -126,22 +126,11 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
 
 
 def _cluster_and_client(args: argparse.Namespace):
-    """A client of ``--scheduler``, or of a new emulated local cluster with ``--speeds``."""
-    from contextlib import ExitStack
+    """A client of ``--scheduler``, ``--cluster``/``--cluster-config`` pools, or a new
+    emulated local cluster with ``--speeds``; returns (ExitStack, client, label)."""
+    from .pools import client_from_args
 
-    from distributed import Client
-
-    from .cluster import local_cluster
-
-    stack = ExitStack()
-    if args.scheduler:
-        client = stack.enter_context(Client(args.scheduler))
-        label = f"scheduler {args.scheduler}"
-    else:
-        cluster = stack.enter_context(local_cluster(speeds=args.speeds))
-        client = stack.enter_context(Client(cluster))
-        label = f"local cluster, heterogeneity emulated on one machine (speeds {args.speeds})"
-    return stack, client, label
+    return client_from_args(args)
 
 
 class _RoundProgress:
@@ -284,7 +273,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     stack, client, label = _cluster_and_client(args)
     with stack:
         print(f"cluster: {label}")
-        print(f"probe: model {layers}, {args.seconds:g} s of real training steps per worker")
+        how = "adaptive" if args.seconds is None else f"{args.seconds:g} s"
+        print(f"probe: model {layers}, real training steps per worker ({how})")
         start = time.perf_counter()
         scores = score_workers(client, layers, seconds=args.seconds)
         took = time.perf_counter() - start
@@ -373,6 +363,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .pools import add_cluster_arguments, cmd_cluster_dry_run
+
     parser = argparse.ArgumentParser(
         prog="hmdspt",
         description="Heterogeneous micro-difference synchronous parallel training of MLPs.",
@@ -381,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cluster_options(p: argparse.ArgumentParser) -> None:
+        add_cluster_arguments(p)
         p.add_argument(
             "--speeds",
             type=_positive_floats,
@@ -424,7 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=160_000,
         help="rows to apportion in the share column (default: 160,000)",
     )
-    score.add_argument("--seconds", type=float, default=2.0, help="probe seconds (default: 2)")
+    score.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="fixed probe seconds (default: adaptive, until 5 %% precise)",
+    )
     score.set_defaults(func=cmd_score)
 
     compare = sub.add_parser("compare", help="HMDSPT against its baselines: table and chart")
@@ -448,6 +446,18 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=int, default=0)
     compare.set_defaults(func=cmd_compare)
 
+    cluster = sub.add_parser(
+        "cluster", help="show the cluster a run would use; --dry-run prints each pool's job script"
+    )
+    cluster_options(cluster)
+    cluster.add_argument(
+        "--dry-run",
+        action="store_true",
+        required=True,
+        help="print the job scripts without submitting anything",
+    )
+    cluster.set_defaults(func=cmd_cluster_dry_run)
+
     monitor = sub.add_parser("monitor", help="serve the Panel monitoring app for run logs")
     monitor.add_argument("runs_path", help="a folder of run logs (*.jsonl) or one log")
     monitor.add_argument("--port", type=int, default=0, help="port (default: a free one)")
@@ -466,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, FileNotFoundError, ValueError) as exc:
+    except (CliError, FileNotFoundError, ValueError, TimeoutError) as exc:
         if args.debug:
             raise
         print(f"hmdspt: error: {exc}", file=sys.stderr)

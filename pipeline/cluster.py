@@ -223,3 +223,15 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
         "target must be a distributed.Client, a cluster, a scheduler address or None, "
         f"got {type(target).__name__}"
     )
+
+
+# Worker pools on batch systems (SLURM, PBS, SGE, LSF) live in pipeline.pools; re-exported
+# here so that everything that gets a cluster is found in one module.
+from pipeline.pools import (  # noqa: E402
+    PooledJobCluster,
+    PoolSpec,
+    load_cluster_config,
+    start_pools,
+)
+
+__all__ += ["PoolSpec", "PooledJobCluster", "load_cluster_config", "start_pools"]

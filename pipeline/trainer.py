@@ -69,8 +69,10 @@ class TrainerConfig:
         Fraction kept by top-k compression.
     warm_start_rows, warm_start_epochs : int
         Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
-    probe_seconds : float
-        Seconds of the initial speed probe on every worker.
+    probe_seconds : float or None
+        None: an adaptive probe that stops when each worker's speed is known to 5 %
+        (capped by the data set's size, see :func:`pipeline.scoring.score_workers`); a
+        number: a fixed probe of that many seconds.
     rebalance_threshold : float
         Re-balance only when the predicted round time improves by more than this
         fraction (hysteresis).
@@ -102,7 +104,7 @@ class TrainerConfig:
     topk: float = 0.1
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
-    probe_seconds: float = 1.0
+    probe_seconds: float | None = None
     rebalance_threshold: float = 0.05
     min_rows: int = 1
     seed: int = 0
@@ -221,6 +223,7 @@ class Trainer:
             self.client,
             self.model.layer_sizes,
             seconds=self.config.probe_seconds,
+            n_rows_total=None if self.config.probe_seconds is not None else n_rows,
             batch_size=self.batch_size,
             hidden_activation=self.model.hidden_activation,
             out_activation=self.model.out_activation,

@@ -453,7 +453,7 @@ def test_shards_arrive_aligned_on_workers():
     from pipeline.staging import Shard
 
     shard = Shard(
-        X=np.random.rand(100, 40).astype(np.float32),
+        X=np.random.default_rng(0).random((100, 40), dtype=np.float32),
         y=np.zeros(100, np.float32),
         row_ids=np.arange(100),
     )
