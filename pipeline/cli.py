@@ -158,10 +158,16 @@ class _RoundProgress:
         from .runlog import RunLogTail
 
         tail = None
+        folder = Path(self.path)
+        before = set(folder.glob("*.jsonl")) if folder.is_dir() else set()
         while True:
             stopping = self._stop.wait(0.2)
-            if tail is None and Path(self.path).exists():
-                tail = RunLogTail(self.path)
+            if tail is None and folder.is_dir():
+                new = sorted(set(folder.glob("*.jsonl")) - before)
+                if new:
+                    tail = RunLogTail(new[-1])
+            elif tail is None and folder.exists():
+                tail = RunLogTail(folder)
             for event in tail.read_new() if tail is not None else ():
                 if event.get("event") == "round":
                     self._print(event)
@@ -205,10 +211,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from sklearn.exceptions import ConvergenceWarning
 
     from .estimator import BPNNClassifier
-    from .runlog import new_run_id
 
     X_train, X_test, y_train, y_test = _scaled_data(args)
-    run_log = Path(args.run_dir) / f"{new_run_id()}.jsonl"
+    run_log = Path(args.run_dir)  # a folder: the trainer writes <run_id>.jsonl into it
     params = dict(
         hidden_layer_sizes=args.hidden,
         max_iter=args.epochs,
@@ -237,7 +242,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     **params,
                 )
                 start = time.perf_counter()
-                with _RoundProgress(run_log, args.epochs):
+                with _RoundProgress(run_log, args.epochs):  # follows the newest log in it
                     clf.fit(X_train, y_train, eval_set=(X_test, y_test))
                 wall = time.perf_counter() - start
             print(
@@ -259,7 +264,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     ("idle %", "idle_pct", ".1f"),
                 ],
             )
-            print(f"run log: {run_log}")
+            print(f"run log: {clf.run_log_path_}")
     print(f"test accuracy: {clf.score(X_test, y_test):.4f}")
     return 0
 

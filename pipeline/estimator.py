@@ -466,6 +466,7 @@ class _BaseBPNN(BaseEstimator):
         )
         self.training_report_ = trainer.report()
         self.run_id_ = trainer.run_id
+        self.run_log_path_ = trainer.run_log_path
 
     def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
         if early_stopping:
@@ -597,7 +598,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     compression : {"none", "float16", "topk"}, default="none"
         Cluster fits: what a worker sends (top-k 10 % with error feedback).
     run_log : str or path, default=None
-        Cluster fits: JSON-lines run log to append to (see docs/runlog.md).
+        Cluster fits: the JSON-lines run log (docs/runlog.md): a ``.jsonl`` file to
+        append to, or a folder in which ``<run_id>.jsonl`` is written.
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
         passed this many seconds; the last epoch of a cluster fit may then be partial.
@@ -641,6 +643,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         fraction and final score (samples/s).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
+    run_log_path_ : pathlib.Path or None
+        After a fit on a cluster: where its run log was written.
 
     Examples
     --------
@@ -869,7 +873,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     compression : {"none", "float16", "topk"}, default="none"
         Cluster fits: what a worker sends (top-k 10 % with error feedback).
     run_log : str or path, default=None
-        Cluster fits: JSON-lines run log to append to (see docs/runlog.md).
+        Cluster fits: the JSON-lines run log (docs/runlog.md): a ``.jsonl`` file to
+        append to, or a folder in which ``<run_id>.jsonl`` is written.
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
         passed this many seconds; the last epoch of a cluster fit may then be partial.
@@ -911,6 +916,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         fraction and final score (samples/s).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
+    run_log_path_ : pathlib.Path or None
+        After a fit on a cluster: where its run log was written.
     """
 
     _parameter_constraints: dict = {

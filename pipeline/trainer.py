@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,7 +91,8 @@ class TrainerConfig:
         Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
         counts, per epoch, how often each row was processed (for audits and tests).
     run_log : str or None
-        Path of the JSON-lines run log; None writes none.
+        The JSON-lines run log: a ``.jsonl`` file to append to, or a folder in which
+        ``<run_id>.jsonl`` is written; None writes none.
     emulation : dict or None
         Description of emulated heterogeneity, recorded in the run log.
     """
@@ -208,6 +210,15 @@ class Trainer:
             raise TrainingError("the cluster has no workers")
         return workers
 
+    @property
+    def run_log_path(self) -> Path | None:
+        """The run log: ``run_log`` itself when it names a ``.jsonl`` file, else
+        ``<run_log>/<run_id>.jsonl`` (a folder of runs)."""
+        if not self.config.run_log:
+            return None
+        path = Path(self.config.run_log)
+        return path if path.suffix == ".jsonl" else path / f"{self.run_id}.jsonl"
+
     def _register(self, workers: dict[str, dict]) -> None:
         for addr in sorted(workers):
             info = workers[addr]
@@ -290,7 +301,7 @@ class Trainer:
         cfg = self.config
         n_rows = self.n_rows = len(Y)
         if cfg.run_log:
-            self.log = RunLogWriter(cfg.run_log, run_id=self.run_id)
+            self.log = RunLogWriter(self.run_log_path, run_id=self.run_id)
         status, reason = "failed", None
         try:
             workers = self._workers()

@@ -37,6 +37,8 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
     assert _accuracy(result.stdout) > 0.5  # 10 classes: chance is 0.1
     (log,) = tmp_path.glob("*.jsonl")
     events = read_events(log)
+    assert log.stem == events[0]["run_id"]  # runs/<run_id>.jsonl
+    assert "epoch 2/2" in result.stdout  # the per-round progress lines
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
 
 
