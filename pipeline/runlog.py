@@ -265,7 +265,7 @@ class RunLogWriter:
         workers : sequence of mapping
             One ``{"name", "address", "nthreads", "memory"}`` per worker (memory in bytes).
         dataset : mapping
-            At least ``{"n_samples", "n_features"}``; ``name`` and ``n_outputs`` if known.
+            At least ``{"n_rows", "n_features"}``; ``name`` and ``n_outputs`` if known.
         model : mapping
             At least ``{"layers", "n_params"}``.
         **extra
