@@ -66,6 +66,18 @@ def _emulation_of(client) -> dict | None:
     return {"speeds": list(emulation.speeds.values()), "method": str(emulation.method)}
 
 
+def _json_float(value: float | None) -> float | str | None:
+    """A float JSON can carry: infinities (initial best scores) as strings."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else str(value)
+
+
+def _from_json_float(value: float | str | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def _as_dtype(dtype) -> np.dtype:
     """The computing dtype named by the ``dtype`` parameter (float32 or float64)."""
     resolved = np.dtype(dtype)
@@ -112,6 +124,9 @@ class _BaseBPNN(BaseEstimator):
         "compression": [StrOptions({"none", "float16", "topk"})],
         "run_log": [None, str, os.PathLike],
         "max_seconds": [None, Interval(Real, 0, None, closed="neither")],
+        "checkpoint_dir": [None, str, os.PathLike],
+        "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+        "resume": ["boolean"],
     }
 
     def __init__(
@@ -148,6 +163,9 @@ class _BaseBPNN(BaseEstimator):
         compression="none",
         run_log=None,
         max_seconds=None,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+        resume=False,
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -180,6 +198,9 @@ class _BaseBPNN(BaseEstimator):
         self.compression = compression
         self.run_log = run_log
         self.max_seconds = max_seconds
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
+        self.resume = resume
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
@@ -439,6 +460,9 @@ class _BaseBPNN(BaseEstimator):
             run_log=None if self.run_log is None else os.fspath(self.run_log),
             emulation=_emulation_of(client),
             max_seconds=self.max_seconds,
+            checkpoint_dir=None if self.checkpoint_dir is None else os.fspath(self.checkpoint_dir),
+            checkpoint_every=self.checkpoint_every,
+            resume=self.resume,
         )
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
         # The trainer's driver optimizer carries the schedule (and bsp's state).
@@ -463,10 +487,46 @@ class _BaseBPNN(BaseEstimator):
             self.max_iter,
             on_epoch_end=on_epoch_end,
             evaluate=evaluate if has_eval else None,
+            checkpoint_extra=self._checkpoint_state,
+            on_resume=self._restore_checkpoint_state,
         )
         self.training_report_ = trainer.report()
         self.run_id_ = trainer.run_id
         self.run_log_path_ = trainer.run_log_path
+
+    def _checkpoint_state(self) -> dict:
+        """The epoch book-keeping saved with a checkpoint (JSON-native but arrays)."""
+        state = {
+            "n_iter_": int(self.n_iter_),
+            "t_": int(self.t_),
+            "loss_curve_": [float(v) for v in self.loss_curve_],
+            "best_loss_": _json_float(self.best_loss_),
+            "no_improvement_count": int(self._no_improvement_count),
+            "validation_scores_": None
+            if self.validation_scores_ is None
+            else [float(v) for v in self.validation_scores_],
+            "best_validation_score_": _json_float(self.best_validation_score_),
+        }
+        if self.early_stopping:
+            state["best_params"] = self._best_params
+        return state
+
+    def _restore_checkpoint_state(self, state: dict, arrays: dict) -> None:
+        """Undo :meth:`_checkpoint_state` after a resume: ``max_iter`` counts on."""
+        self.n_iter_ = int(state.get("n_iter_", 0))
+        self.t_ = int(state.get("t_", 0))
+        self.loss_curve_ = [float(v) for v in state.get("loss_curve_", [])]
+        if self.loss_curve_:
+            self.loss_ = self.loss_curve_[-1]
+        if "best_loss_" in state:
+            self.best_loss_ = _from_json_float(state["best_loss_"])
+        self._no_improvement_count = int(state.get("no_improvement_count", 0))
+        if state.get("validation_scores_") is not None:
+            self.validation_scores_ = [float(v) for v in state["validation_scores_"]]
+        if "best_validation_score_" in state:
+            self.best_validation_score_ = _from_json_float(state["best_validation_score_"])
+        if "best_params" in arrays and arrays["best_params"].shape == self._best_params.shape:
+            self._best_params[...] = arrays["best_params"]
 
     def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
         if early_stopping:
@@ -603,6 +663,17 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
         passed this many seconds; the last epoch of a cluster fit may then be partial.
+    checkpoint_dir : str or path, default=None
+        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
+        and block-momentum state, scores, round and epoch counters; the last two files
+        are kept). None writes none.
+    checkpoint_every : int, default=1
+        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+    resume : bool, default=False
+        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
+        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
+        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
+        fit together; a checkpoint of a differently shaped model is refused.
 
     Attributes
     ----------
@@ -878,6 +949,17 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
         passed this many seconds; the last epoch of a cluster fit may then be partial.
+    checkpoint_dir : str or path, default=None
+        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
+        and block-momentum state, scores, round and epoch counters; the last two files
+        are kept). None writes none.
+    checkpoint_every : int, default=1
+        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+    resume : bool, default=False
+        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
+        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
+        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
+        fit together; a checkpoint of a differently shaped model is refused.
 
     Attributes
     ----------
@@ -961,6 +1043,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         compression="none",
         run_log=None,
         max_seconds=None,
+        checkpoint_dir=None,
+        checkpoint_every=1,
+        resume=False,
     ):
         super().__init__(
             hidden_layer_sizes=hidden_layer_sizes,
@@ -994,6 +1079,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             compression=compression,
             run_log=run_log,
             max_seconds=max_seconds,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
         )
         self.loss = loss
 

@@ -35,6 +35,7 @@ import numpy as np
 from distributed import Client, wait
 
 from . import merge, partition, scoring, staging
+from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
 from .nn import MLP, make_optimizer, minibatch_pass
 from .runlog import RunLogWriter, new_run_id, read_events, summarize
 from .worker_tasks import RoundSpec, drop_run_state, round_task
@@ -95,6 +96,16 @@ class TrainerConfig:
         ``<run_id>.jsonl`` is written; None writes none.
     emulation : dict or None
         Description of emulated heterogeneity, recorded in the run log.
+    checkpoint_dir : str or None
+        Folder of checkpoints (:mod:`pipeline.checkpoint`); None writes none. A checkpoint
+        holds the global parameters, the driver optimizer's state, the block momentum,
+        the scores (by worker name), the round counter and the epoch; it is written after
+        every ``checkpoint_every``-th round and after every epoch. The last two are kept.
+    checkpoint_every : int
+        Rounds between two checkpoints (epoch ends are always checkpointed).
+    resume : bool
+        Before round one, continue from the newest good checkpoint of ``checkpoint_dir``
+        when there is one (see :meth:`Trainer.fit`); a fresh fit when there is none.
     """
 
     sync: str = "hmdspt"
@@ -115,6 +126,9 @@ class TrainerConfig:
     record_row_ids: bool = False
     eval_interval_s: float = 0.25
     max_seconds: float | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 1
+    resume: bool = False
 
     def validate(self) -> None:
         for name, value, allowed in (
@@ -128,6 +142,10 @@ class TrainerConfig:
             raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
         if not 0 <= self.block_momentum < 1:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume=True needs a checkpoint_dir to resume from")
 
 
 @dataclass
@@ -202,6 +220,9 @@ class Trainer:
         self.n_rows = 0
         self._names: dict[str, str] = {}
         self._start = time.perf_counter()
+        self.resumed_from: Checkpoint | None = None  # the checkpoint this fit continued
+        self._restored_scores: dict[str, dict] = {}  # worker name -> saved estimate
+        self._checkpoint_extra: Callable[[], dict] | None = None
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
@@ -224,12 +245,30 @@ class Trainer:
             info = workers[addr]
             self._names[addr] = str(info.get("name", addr))
             self.scorer.add_worker(addr, prior=info.get("nthreads", 1))
+            # Scores are saved by worker name: addresses change when a cluster restarts.
+            saved = self._restored_scores.get(self._names[addr])
+            if saved is not None:
+                self.scorer.estimates[addr] = scoring.WorkerEstimate(**saved)
             self.active.add(addr)
 
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
         addresses = sorted(workers)
         if self.config.partition == "equal":
             return partition.apportion(n_rows, {a: 1.0 for a in addresses}, self.config.min_rows)
+        if self.resumed_from is not None and all(
+            self.scorer.estimates[a].n_updates for a in addresses
+        ):
+            # Every worker's speed came back with the checkpoint: no probe needed.
+            for addr in addresses:
+                self._log(
+                    "score",
+                    round=self.round_index,
+                    worker=self._names[addr],
+                    score=self.scorer.score(addr),
+                    source="online",  # measured online before the restart
+                    restored=True,
+                )
+            return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
         probe = scoring.score_workers(
             self.client,
             self.model.layer_sizes,
@@ -274,6 +313,8 @@ class Trainer:
         on_epoch_end: Callable[[int, float], bool] | None = None,
         dataset: dict | None = None,
         evaluate: Callable[[], float] | None = None,
+        checkpoint_extra: Callable[[], dict] | None = None,
+        on_resume: Callable[[dict, dict], None] | None = None,
     ) -> list[RoundRecord]:
         """Train for up to ``max_epochs`` epochs.
 
@@ -293,13 +334,42 @@ class Trainer:
         evaluate : callable, optional
             ``evaluate() -> score`` of the current parameters on held-out data; logged as
             the round's ``val_score`` (outside the round's wall time).
+        checkpoint_extra : callable, optional
+            ``checkpoint_extra() -> dict`` of the caller's own state, saved with every
+            checkpoint (JSON-native values; ndarrays are saved as arrays).
+        on_resume : callable, optional
+            ``on_resume(extra, extra_arrays)``: called with what ``checkpoint_extra``
+            returned when the checkpoint was written, once the fit resumed from it.
 
         Returns
         -------
         history : list of RoundRecord
+
+        Raises
+        ------
+        pipeline.checkpoint.CheckpointError
+            With ``resume=True``, when the newest good checkpoint belongs to a model of
+            another shape (layer sizes, parameter count, dtype, activations, solver).
+
+        Notes
+        -----
+        Resuming restores the global parameters in place, the driver optimizer's state
+        vectors, learning rate and Adam step, the block momentum, the scores (matched by
+        worker name), the round counter and the epoch, and skips the warm start. A
+        checkpoint written at an epoch's end resumes with the next epoch; one written
+        mid-epoch restarts that epoch from its first round with the saved parameters (the
+        rows processed before the interruption are processed again: the epoch's rows are
+        re-staged on a cluster that may differ, so its position cannot be resumed). The
+        workers' local optimizer state (``sync="hmdspt"``/``"local"``) is not saved; it
+        restarts from zero, as it does when a worker joins.
         """
         cfg = self.config
         n_rows = self.n_rows = len(Y)
+        self._checkpoint_extra = checkpoint_extra
+        start_epoch = 1
+        if cfg.resume:
+            # Before the log and the cluster: a mismatch is reported as itself.
+            start_epoch = self._resume()
         if cfg.run_log:
             self.log = RunLogWriter(self.run_log_path, run_id=self.run_id)
         status, reason = "failed", None
@@ -337,8 +407,25 @@ class Trainer:
             self.staged = staging.stage(
                 self.client, X, Y, counts=counts, seed=cfg.seed, dtype=self.model.dtype
             )
-            self._log_partition(0, [], time.perf_counter() - t0)
-            if cfg.sync == "hmdspt" and cfg.warm_start_rows and cfg.warm_start_epochs:
+            self._log_partition(self.round_index, [], time.perf_counter() - t0)
+            if self.resumed_from is not None:
+                ckpt = self.resumed_from
+                if self.log is not None:
+                    self.log.write(
+                        "resume",
+                        round=self.round_index,
+                        epoch=start_epoch,
+                        path=str(ckpt.path),
+                        from_run_id=ckpt.meta.get("run_id"),
+                    )
+                if on_resume is not None:
+                    arrays = {
+                        k[len("extra.") :]: v
+                        for k, v in ckpt.arrays.items()
+                        if k.startswith("extra.")
+                    }
+                    on_resume(dict(ckpt.meta.get("extra", {})), arrays)
+            elif cfg.sync == "hmdspt" and cfg.warm_start_rows and cfg.warm_start_epochs:
                 sample = np.random.default_rng(cfg.seed).choice(
                     n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
                 )
@@ -350,7 +437,7 @@ class Trainer:
             rounds_per_epoch = (
                 math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
             )
-            for epoch in range(1, max_epochs + 1):
+            for epoch in range(start_epoch, max_epochs + 1):
                 self._epoch = epoch
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
@@ -362,10 +449,15 @@ class Trainer:
                     epoch_rows += record.rows
                     if out_of_time:
                         break
+                    # Mid-epoch checkpoints; the epoch's last round is saved after
+                    # on_epoch_end, so the caller's epoch book-keeping is in it.
+                    if not last and self.round_index % cfg.checkpoint_every == 0:
+                        self._save_checkpoint(epoch, epoch_complete=False)
                     self._maybe_rebalance()
                 if out_of_time:
                     if on_epoch_end is not None:
                         on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
+                    self._save_checkpoint(epoch, epoch_complete=True)
                     break
                 # The exactly-once invariant of an epoch; an epoch in which a lost worker's
                 # rows were re-staged from the source is exempt (some are processed twice).
@@ -374,7 +466,9 @@ class Trainer:
                         f"epoch {epoch} processed {epoch_rows} rows, expected {n_rows}"
                     )
                 mean_loss = epoch_loss / n_rows
-                if on_epoch_end is not None and on_epoch_end(epoch, mean_loss):
+                stop = on_epoch_end is not None and on_epoch_end(epoch, mean_loss)
+                self._save_checkpoint(epoch, epoch_complete=True)
+                if stop:
                     break
             status = "completed"
             return self.history
@@ -385,6 +479,95 @@ class Trainer:
             raise TrainingError(reason) from exc
         finally:
             self._finish(status, reason)
+
+    # ------------------------------------------------------------ checkpoints
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed into this model."""
+        return {
+            "layer_sizes": [int(s) for s in self.model.layer_sizes],
+            "n_params": int(self.model.n_params),
+            "dtype": self.model.dtype.name,
+            "hidden_activation": self.model.hidden_activation,
+            "out_activation": self.model.out_activation,
+            "solver": self.optimizer_kwargs.get("solver"),
+        }
+
+    def _save_checkpoint(self, epoch: int, epoch_complete: bool) -> Path | None:
+        """Save the state at this round boundary (no-op without ``checkpoint_dir``)."""
+        if not self.config.checkpoint_dir:
+            return None
+        arrays: dict[str, np.ndarray] = {"params": self.model.params}
+        for name, vector in self.driver_optimizer.state_vectors().items():
+            arrays[f"optimizer.{name}"] = vector
+        if self.momentum.velocity is not None:
+            arrays["momentum.velocity"] = self.momentum.velocity
+        extra: dict[str, Any] = {}
+        if self._checkpoint_extra is not None:
+            for key, value in self._checkpoint_extra().items():
+                if isinstance(value, np.ndarray):
+                    arrays[f"extra.{key}"] = value
+                else:
+                    extra[key] = value
+        scores = {
+            self._names.get(addr, str(addr)): {
+                "prior": est.prior,
+                "mean": est.mean,
+                "var": est.var,
+                "n_updates": est.n_updates,
+            }
+            for addr, est in self.scorer.estimates.items()
+            if est.n_updates  # unmeasured ones hold NaN, which JSON cannot carry
+        }
+        meta = {
+            "run_id": self.run_id,
+            "round_index": self.round_index,
+            "epoch": epoch,
+            "epoch_complete": epoch_complete,
+            "fingerprint": self.fingerprint(),
+            "optimizer": {
+                "learning_rate": float(self.driver_optimizer.learning_rate),
+                "t": getattr(self.driver_optimizer, "t", None),
+            },
+            "scores": scores,
+            "extra": extra,
+        }
+        path = save_checkpoint(self.config.checkpoint_dir, arrays, meta)
+        self._log(
+            "checkpoint",
+            round=self.round_index,
+            path=str(path),
+            epoch=epoch,
+            epoch_complete=epoch_complete,
+        )
+        return path
+
+    def _resume(self) -> int:
+        """Restore the newest good checkpoint, if any; return the epoch to start with."""
+        ckpt = load_latest_checkpoint(self.config.checkpoint_dir)
+        if ckpt is None:
+            return 1
+        meta, arrays = ckpt.meta, ckpt.arrays
+        check_fingerprint(meta.get("fingerprint", {}), self.fingerprint())
+        self.model.params[...] = arrays["params"]  # in place: views share the vector
+        for name, vector in self.driver_optimizer.state_vectors().items():
+            if f"optimizer.{name}" in arrays:
+                vector[...] = arrays[f"optimizer.{name}"]
+        opt = meta["optimizer"]
+        self.driver_optimizer.learning_rate = float(opt["learning_rate"])
+        if opt.get("t") is not None and hasattr(self.driver_optimizer, "t"):
+            self.driver_optimizer.t = int(opt["t"])
+        # The velocity comes back; mu and eta are this fit's (they are settings).
+        self.momentum.load_state_dict(
+            {
+                "momentum": self.momentum.momentum,
+                "lr": self.momentum.lr,
+                "velocity": arrays.get("momentum.velocity"),
+            }
+        )
+        self._restored_scores = dict(meta.get("scores", {}))
+        self.round_index = int(meta["round_index"])
+        self.resumed_from = ckpt
+        return int(meta["epoch"]) + 1 if meta["epoch_complete"] else int(meta["epoch"])
 
     # ----------------------------------------------------------------- a round
     def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
