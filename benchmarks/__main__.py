@@ -25,6 +25,7 @@ SUITE = {
     "idle": "benchmarks.bench_idle",
     "scaling": "benchmarks.bench_scaling",
     "training": "benchmarks.bench_training",
+    "ablation": "benchmarks.bench_ablation",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
 }

@@ -65,6 +65,9 @@ class TrainerConfig:
         Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
     block_lr : float
         Step ``eta`` applied to the momentum (``sync="hmdspt"`` only).
+    normalize_steps : bool
+        ``sync="hmdspt"``: normalise the merge by local step counts (FedNova); False
+        uses the plain row-weighted average (for ablation).
     compression : {"none", "float16", "topk"}
         What workers send (top-k keeps ``topk`` of the entries, with error feedback).
     topk : float
@@ -113,6 +116,7 @@ class TrainerConfig:
     rounds_per_epoch: int = 4
     block_momentum: float = 0.5
     block_lr: float = 1.0
+    normalize_steps: bool = True
     compression: str = "none"
     topk: float = 0.1
     warm_start_rows: int = 2000
@@ -841,7 +845,10 @@ class Trainer:
         if not any(r and s for r, s in zip(rows, steps)):
             return
         delta = merge.merge_deltas(
-            payloads, rows, steps, normalize_steps=self.config.sync == "hmdspt"
+            payloads,
+            rows,
+            steps,
+            normalize_steps=self.config.sync == "hmdspt" and self.config.normalize_steps,
         )
         self.momentum.step(self.model.params, delta)
 
