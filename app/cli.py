@@ -1,4 +1,5 @@
-"""``hmdspt monitor RUNS_PATH [--port N] [--address A] [--show]``: serve the monitor.
+"""``hmdspt monitor RUNS_PATH [--port N] [--address A] [--show] [--basic-auth PW_OR_FILE]
+[--cookie-secret S]``: serve the monitor.
 
 ``pipeline/cli.py`` wires the sub-command to :func:`monitor_main`; the app itself lives in
 :mod:`app.monitor` and reads only run logs.
@@ -7,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 from pathlib import Path
@@ -34,6 +36,8 @@ def monitor_main(
     port: int = 0,
     address: str = "127.0.0.1",
     show: bool = False,
+    basic_auth: str | None = None,
+    cookie_secret: str | None = None,
 ) -> int:
     """Serve the monitor for a folder of run logs (or one log) until interrupted.
 
@@ -49,6 +53,15 @@ def monitor_main(
         login node use an SSH tunnel rather than ``0.0.0.0``.
     show : bool, default=False
         Open the page in a web browser.
+    basic_auth : str or None, default=None
+        Ask for a password before serving the page (Panel's basic auth): a password, or
+        the path of a file holding one ``user:password`` per line (or one password).
+        Use it whenever ``address`` is not ``127.0.0.1``; see docs/security.md. Without
+        TLS in front (an HTTPS reverse proxy or an SSH tunnel) the password travels in
+        clear text.
+    cookie_secret : str or None, default=None
+        Secret that signs the login cookie. None with ``basic_auth`` draws a random one
+        per start (logins then last until the monitor restarts).
 
     Returns
     -------
@@ -67,6 +80,20 @@ def monitor_main(
     from app.monitor import dashboard
 
     port = int(port) or _free_port(address)
+    auth: dict[str, str] = {}
+    if basic_auth:
+        auth = {
+            "basic_auth": str(basic_auth),
+            "cookie_secret": cookie_secret or secrets.token_urlsafe(32),
+        }
+    elif cookie_secret:
+        auth = {"cookie_secret": cookie_secret}
+    if address not in ("127.0.0.1", "localhost", "::1") and not basic_auth:
+        print(
+            f"hmdspt monitor: warning: serving on {address or 'every interface'} without "
+            "--basic-auth: anyone who can reach the port can read the run logs",
+            file=sys.stderr,
+        )
     print(f"HMDSPT monitor of {path}", flush=True)
     try:
         pn.serve(
@@ -77,6 +104,7 @@ def monitor_main(
             show=show,
             title="HMDSPT monitor",
             threaded=False,
+            **auth,
         )
     except KeyboardInterrupt:
         pass

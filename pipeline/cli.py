@@ -84,44 +84,114 @@ def load_default_dataset(random_state: int = 0):
 
 
 def load_dataset(path: str, target: str | None, random_state: int = 0):
-    """Train/test arrays from ``.npz`` (X/y or X_train/y_train[/X_test/y_test]), parquet or CSV."""
+    """Train/test arrays from ``.npz`` (X/y or X_train/y_train[/X_test/y_test]), parquet or CSV.
+
+    Parameters
+    ----------
+    path : str
+        The data file.
+    target : str or None
+        Label column of ``.parquet``/``.csv`` data (required for them).
+    random_state : int, default=0
+        Seed of the 80/20 train/test split (when the file holds no test split).
+
+    Returns
+    -------
+    X_train, X_test, y_train, y_test : ndarray
+
+    Raises
+    ------
+    CliError
+        With one line naming the problem: a missing, unreadable or corrupted file, a
+        missing ``--target`` column, non-numeric features, NaN/inf, no rows, or X and y
+        of different lengths. ``.npz`` files are read with ``allow_pickle=False``.
+    """
+    import zipfile
     from pathlib import Path
 
     import pandas as pd
     from sklearn.model_selection import train_test_split
 
+    def _one_line(exc: BaseException) -> str:
+        """The first line of an exception's message (some libraries write paragraphs)."""
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+
+    def _checked(X: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """Flatten ``X`` to 2-D and refuse what no fit could use, naming the problem."""
+        X, y = np.asarray(X), np.asarray(y)
+        if X.ndim == 0 or y.ndim == 0:
+            raise CliError(f"{where}: X and y must be arrays, not scalars")
+        if len(X) != len(y):
+            raise CliError(f"{where}: X has {len(X)} rows but y has {len(y)}")
+        if len(X) == 0:
+            raise CliError(f"{where} has no rows")
+        if X.dtype.kind not in "biuf":
+            raise CliError(f"{where}: X is not numeric (dtype {X.dtype}); encode it first")
+        X = X.reshape(len(X), -1)
+        bad = ~np.isfinite(X)
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            kind = "NaN" if np.isnan(X[row, col]) else "infinite"
+            raise CliError(
+                f"{where}: X has {int(bad.sum())} NaN/infinite value(s), first a {kind} at row "
+                f"{row}, column {col}; drop or impute them first"
+            )
+        return X, y
+
     source = Path(path)
     if not source.exists():
         raise CliError(f"data file not found: {path}")
+    if not source.is_file():
+        raise CliError(f"cannot read {path}: not a file")
     suffix = source.suffix.lower()
     if suffix == ".npz":
+        if not zipfile.is_zipfile(source):
+            raise CliError(f"cannot read {path}: not a valid .npz file (corrupted or not a zip)")
         try:
-            data = np.load(source, allow_pickle=False)
-            keys = set(data.files)
+            with np.load(source, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
         except Exception as exc:
-            raise CliError(f"cannot read {path} as .npz: {exc}") from None
+            raise CliError(f"cannot read {path} as .npz: {_one_line(exc)}") from None
+        keys = set(arrays)
         if {"X_train", "y_train", "X_test", "y_test"} <= keys:
-            flat = [data[k].reshape(len(data[k]), -1) for k in ("X_train", "X_test")]
-            return flat[0], flat[1], data["y_train"], data["y_test"]
+            parts = [
+                _checked(arrays[xk], arrays[yk], f"{path} ({xk}/{yk})")
+                for xk, yk in (("X_train", "y_train"), ("X_test", "y_test"))
+            ]
+            return parts[0][0], parts[1][0], parts[0][1], parts[1][1]
         xk, yk = ("X", "y") if {"X", "y"} <= keys else ("X_train", "y_train")
         if not {xk, yk} <= keys:
             raise CliError(f"{path} has no X/y or X_train/y_train arrays (has {sorted(keys)})")
-        X, y = data[xk].reshape(len(data[xk]), -1), data[yk]
+        X, y = _checked(arrays[xk], arrays[yk], path)
     elif suffix in (".parquet", ".csv"):
         if target is None:
             raise CliError(f"--target COLUMN is required for {suffix} data")
         try:
             frame = pd.read_parquet(source) if suffix == ".parquet" else pd.read_csv(source)
+        except pd.errors.EmptyDataError:
+            raise CliError(f"{path} is empty (no columns, no rows)") from None
+        except UnicodeDecodeError:
+            raise CliError(f"cannot read {path}: not a text CSV file (corrupted?)") from None
         except Exception as exc:
-            raise CliError(f"cannot read {path}: {exc}") from None
+            raise CliError(f"cannot read {path}: {_one_line(exc)}") from None
         if target not in frame.columns:
-            raise CliError(
-                f"--target column {target!r} not in {path}; columns: {', '.join(frame.columns)}"
-            )
+            columns = ", ".join(map(str, frame.columns))
+            raise CliError(f"--target column {target!r} not in {path}; columns: {columns}")
+        if frame.empty:
+            raise CliError(f"{path} has no rows")
         y = frame.pop(target).to_numpy()
-        X = frame.to_numpy(dtype=np.float32)
+        text = [str(c) for c, dt in frame.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
+        if text:
+            raise CliError(
+                f"non-numeric feature column(s) in {path}: {', '.join(text)}; "
+                "encode or drop them first"
+            )
+        X, y = _checked(frame.to_numpy(dtype=np.float32), y, path)
     else:
         raise CliError(f"unsupported data format {suffix!r}: use .npz, .parquet or .csv")
+    if len(X) < 2:
+        raise CliError(f"{path} has {len(X)} row(s): too few to split into train and test")
     return train_test_split(X, y, test_size=0.2, random_state=random_state)
 
 
@@ -364,7 +434,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_monitor(args: argparse.Namespace) -> int:
     from app.cli import monitor_main
 
-    return monitor_main(args.runs_path, port=args.port, address=args.address, show=args.show)
+    return monitor_main(
+        args.runs_path,
+        port=args.port,
+        address=args.address,
+        show=args.show,
+        basic_auth=args.basic_auth,
+        cookie_secret=args.cookie_secret,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -472,6 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to bind (default: 127.0.0.1, this machine only)",
     )
     monitor.add_argument("--show", action="store_true", help="open a browser")
+    monitor.add_argument(
+        "--basic-auth",
+        default=None,
+        help="password (or a file of user:password lines) for Panel's basic "
+        "auth; use it whenever --address is not 127.0.0.1",
+    )
+    monitor.add_argument(
+        "--cookie-secret",
+        default=None,
+        help="cookie secret for the auth (default: a random one per start)",
+    )
     monitor.set_defaults(func=cmd_monitor)
     return parser
 
@@ -479,12 +567,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    expected: tuple[type[BaseException], ...] = (CliError, OSError, ValueError, TimeoutError)
     try:
         return args.func(args)
-    except (CliError, FileNotFoundError, ValueError, TimeoutError) as exc:
-        if args.debug:
+    except Exception as exc:
+        # A fit that failed on the cluster (e.g. every worker lost) is reported like bad
+        # input; the trainer module is loaded whenever one of its errors can occur.
+        trainer = sys.modules.get(f"{__package__ or 'pipeline'}.trainer")
+        if trainer is not None:
+            expected += (trainer.TrainingError,)
+        if args.debug or not isinstance(exc, expected):
             raise
-        print(f"hmdspt: error: {exc}", file=sys.stderr)
+        lines = str(exc).strip().splitlines()  # some libraries write paragraphs
+        print(f"hmdspt: error: {lines[0] if lines else type(exc).__name__}", file=sys.stderr)
         return EXIT_USAGE
 
 

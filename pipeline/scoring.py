@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["OnlineScorer", "ProbeResult", "WorkerEstimate", "probe_workers", "score_workers"]
@@ -40,12 +40,16 @@ class WorkerEstimate:
         Exponentially weighted variance of the speed (nan before measurements).
     n_updates : int
         Number of measurements so far.
+    shifted : list of float
+        Consecutive recent measurements far off the estimate on the same side (a
+        candidate change of speed, see :class:`OnlineScorer`).
     """
 
     prior: float = 1.0
     mean: float = math.nan
     var: float = math.nan
     n_updates: int = 0
+    shifted: list[float] = field(default_factory=list)
 
 
 class OnlineScorer:
@@ -73,6 +77,12 @@ class OnlineScorer:
         noise of a shared machine.
     first_rel_std : float, default=0.25
         Relative standard deviation assumed after the first measurement.
+    shift_factor : float, default=1.5
+        A measurement this many times above or below the estimate is a candidate change
+        of speed.
+    shift_rounds : int, default=2
+        Candidates in a row, on the same side, that restart the estimate from them (a
+        worker turned straggler is scored as one after two rounds, not after many).
 
     Attributes
     ----------
@@ -94,7 +104,13 @@ class OnlineScorer:
     1500.0
     """
 
-    def __init__(self, halflife: float = 2.0, first_rel_std: float = 0.25) -> None:
+    def __init__(
+        self,
+        halflife: float = 2.0,
+        first_rel_std: float = 0.25,
+        shift_factor: float = 1.5,
+        shift_rounds: int = 2,
+    ) -> None:
         if not (math.isfinite(halflife) and halflife > 0):
             raise ValueError(f"halflife must be a positive number, got {halflife!r}")
         if not (math.isfinite(first_rel_std) and first_rel_std >= 0):
@@ -102,6 +118,10 @@ class OnlineScorer:
         self.halflife = float(halflife)
         self.first_rel_std = float(first_rel_std)
         self.alpha = 1.0 - 0.5 ** (1.0 / self.halflife)
+        if not shift_factor > 1 or shift_rounds < 1:
+            raise ValueError("shift_factor must be > 1 and shift_rounds >= 1")
+        self.shift_factor = float(shift_factor)
+        self.shift_rounds = int(shift_rounds)
         self.estimates: dict[Hashable, WorkerEstimate] = {}
 
     # ----------------------------------------------------------------- workers
@@ -189,10 +209,25 @@ class OnlineScorer:
             est.mean = speed
             est.var = (self.first_rel_std * speed) ** 2
         else:
-            a = self.alpha
-            d = speed - est.mean
-            est.mean += a * d
-            est.var = (1.0 - a) * (est.var + a * d * d)
+            # A change of speed (a neighbour's job, a straggler): measurements that sit
+            # shift_factor off the estimate on the same side for shift_rounds rounds in a
+            # row restart it from them, instead of the average taking many rounds to
+            # follow. One noisy round does not.
+            ratio = speed / est.mean
+            side = 1 if ratio > self.shift_factor else -1 if ratio < 1 / self.shift_factor else 0
+            if side and (not est.shifted or (est.shifted[-1] > est.mean) == (side > 0)):
+                est.shifted.append(speed)
+            else:
+                est.shifted.clear()
+            if len(est.shifted) >= self.shift_rounds:
+                est.mean = sum(est.shifted) / len(est.shifted)
+                est.var = (self.first_rel_std * est.mean) ** 2
+                est.shifted.clear()
+            else:
+                a = self.alpha
+                d = speed - est.mean
+                est.mean += a * d
+                est.var = (1.0 - a) * (est.var + a * d * d)
         est.n_updates += 1
 
     # ----------------------------------------------------------------- queries

@@ -91,6 +91,9 @@ class TrainerConfig:
     eval_interval_s : float
         Least seconds between two evaluations of ``evaluate`` (the last round of an
         epoch is always evaluated), so bsp's many short rounds are not dominated by it.
+    broadcast_timeout_s : float
+        Longest wait for the broadcast of ``w_t``; past it, lost workers are looked for
+        and recovered and the broadcast is retried.
     record_row_ids : bool
         Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
         counts, per epoch, how often each row was processed (for audits and tests).
@@ -128,6 +131,7 @@ class TrainerConfig:
     run_log: str | None = None
     emulation: dict | None = None
     record_row_ids: bool = False
+    broadcast_timeout_s: float = 20.0
     eval_interval_s: float = 0.25
     max_seconds: float | None = None
     checkpoint_dir: str | None = None
@@ -609,11 +613,7 @@ class Trainer:
         spec = self._spec(new_epoch, rounds_left)
         start = time.perf_counter()
         # Broadcast w_t once per round; every task depends on the same future.
-        try:
-            params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
-        except Exception:  # a worker died between the membership check and now
-            self._sync_membership(grace_s=5.0)
-            params_future = self.client.scatter(self.model.params, broadcast=True, hash=False)
+        params_future = self._broadcast()
         futures = {
             self.client.submit(
                 round_task,
@@ -724,6 +724,26 @@ class Trainer:
         self.history[-1].val_score = score
         return score
 
+    def _broadcast(self, attempts: int = 3):
+        """Scatter ``w_t`` to the staged workers; a worker dying under it is recovered.
+
+        Bounded by a timeout: the scheduler keeps retrying a replica to a worker that died
+        but is not yet removed, which would otherwise block the broadcast indefinitely.
+        """
+        for attempt in range(attempts):
+            try:
+                return self.client.scatter(
+                    self.model.params,
+                    workers=sorted(self.staged.futures),
+                    broadcast=True,
+                    hash=False,
+                    timeout=self.config.broadcast_timeout_s,
+                )
+            except Exception:
+                if attempt == attempts - 1:
+                    raise
+                self._sync_membership(grace_s=5.0)
+
     def _live(self) -> set[str]:
         return set(self.client.scheduler_info(n_workers=-1)["workers"])
 
@@ -740,6 +760,10 @@ class Trainer:
         """Before a round: re-stage the rows of lost workers, bring in new ones."""
         live = self._live()
         gone = (self.active | set(self.staged.futures)) - live
+        if gone:  # confirm with a second look: a loss is acted on only when it persists
+            time.sleep(0.2)
+            live = self._live()
+            gone &= (self.active | set(self.staged.futures)) - live
         if not gone and grace_s:
             gone = self._gone(self.active | set(self.staged.futures), grace_s)
             live = self._live()
@@ -763,6 +787,9 @@ class Trainer:
                 self.scorer.remove_worker(addr)
         self.staged = staging.drop_workers(self.staged, lost)
         survivors = sorted(self.active & self._live())
+        if not survivors:  # a second look before giving up
+            time.sleep(1.0)
+            survivors = sorted(self.active & self._live())
         if not survivors:
             raise TrainingError(
                 f"every worker was lost (last: {', '.join(self._names.get(a, a) for a in lost)}"

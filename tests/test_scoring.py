@@ -383,3 +383,15 @@ def test_probe_result_summary():
         "probe of 2 workers took 0.35 s (longest busy 0.30 s, 150 rows, "
         "stopped by max_rows/rel_tol)"
     )
+
+
+def test_a_change_of_speed_restarts_the_estimate_after_two_rounds():
+    s = OnlineScorer(halflife=2.0)
+    for _ in range(5):
+        s.update_speed("w", 1000.0)
+    s.update_speed("w", 250.0)  # one round 4x slower: could be noise
+    assert s.score("w") > 600
+    s.update_speed("w", 250.0)  # confirmed: a straggler now
+    assert s.score("w") == pytest.approx(250.0)
+    s.update_speed("w", 1400.0)  # one fast outlier does not restart it
+    assert s.score("w") < 700

@@ -1,0 +1,158 @@
+"""Bad input gets one line that names the problem (issue 7).
+
+Estimator-level checks that already exist live in ``tests/test_estimator.py`` (NaN/inf,
+mismatched lengths, empty data, one class, unseen labels in ``partial_fit``, wrong feature
+count at predict); the command line's bad option values in ``tests/test_cli.py``; a failed
+cluster fit's ``run_end`` (status ``failed`` with the reason) in ``tests/test_trainer.py``
+(``test_losing_every_worker_ends_the_fit_with_a_clear_error``). Here: data files, the
+command line's messages for them, and what the estimator tests do not cover yet.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.cli import main
+from pipeline.estimator import BPNNClassifier
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """One broken data file per problem."""
+    d = tmp_path_factory.mktemp("bad")
+    rng = np.random.RandomState(0)
+    frame = pd.DataFrame(rng.rand(60, 3), columns=["a", "b", "c"])
+    frame["label"] = (frame["a"] > 0.5).astype(int)
+
+    def csv(name, f):
+        f.to_csv(d / name, index=False)
+
+    g = frame.copy()
+    g.loc[3, "b"] = np.nan
+    csv("nan.csv", g)
+    g = frame.copy()
+    g.loc[7, "c"] = np.inf
+    csv("inf.csv", g)
+    csv("text.csv", frame.assign(colour="red"))
+    csv("header_only.csv", frame.iloc[:0])
+    csv("one_class.csv", frame.assign(label=1))
+    csv("good.csv", frame)
+    (d / "zero_bytes.csv").touch()
+    np.savez(d / "mismatch.npz", X=rng.rand(60, 3), y=np.arange(59) % 2)
+    np.savez(d / "nan.npz", X=np.where(rng.rand(60, 3) > 0.9, np.nan, 1.0), y=np.arange(60) % 2)
+    np.savez(d / "text.npz", X=np.full((60, 3), "a"), y=np.arange(60) % 2)
+    np.savez(d / "empty.npz", X=np.empty((0, 3)), y=np.empty(0))
+    np.savez(d / "no_arrays.npz", features=rng.rand(60, 3))
+    garbage = rng.randint(0, 256, 400).astype(np.uint8).tobytes()
+    for ext in ("npz", "parquet", "csv"):
+        (d / f"garbage.{ext}").write_bytes(garbage)
+    (d / "folder.csv").mkdir()
+    return d
+
+
+CASES = [
+    ("nan.csv", ["--target", "label"], "NaN/infinite value(s), first a NaN at row 3, column 1"),
+    ("inf.csv", ["--target", "label"], "first a infinite at row 7, column 2"),
+    ("text.csv", ["--target", "label"], "non-numeric feature column(s) in"),
+    ("header_only.csv", ["--target", "label"], "has no rows"),
+    ("zero_bytes.csv", ["--target", "label"], "is empty"),
+    ("one_class.csv", ["--target", "label"], "number of classes has to be greater than one"),
+    ("good.csv", ["--target", "nope"], "--target column 'nope' not in"),
+    ("good.csv", [], "--target COLUMN is required"),
+    ("mismatch.npz", [], "X has 60 rows but y has 59"),
+    ("nan.npz", [], "NaN/infinite value(s)"),
+    ("text.npz", [], "X is not numeric (dtype <U1)"),
+    ("empty.npz", [], "has no rows"),
+    ("no_arrays.npz", [], "has no X/y or X_train/y_train arrays"),
+    ("garbage.npz", [], "not a valid .npz file"),
+    ("garbage.parquet", ["--target", "label"], "cannot read"),
+    ("garbage.csv", ["--target", "label"], "cannot read"),
+    ("folder.csv", ["--target", "label"], "not a file"),
+    ("missing.npz", [], "data file not found"),
+]
+
+
+@pytest.mark.parametrize("name, extra, message", CASES, ids=[c[0] + "".join(c[1]) for c in CASES])
+def test_bad_data_file_exits_2_with_one_line(files, capsys, name, extra, message):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["train", "--in-process", "--epochs", "1", "--data", str(files / name), *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hmdspt: error: "), err
+    assert message in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "speeds, message",
+    [
+        ("", "speeds must be positive numbers"),
+        ("-1,2", "speeds must be positive numbers"),
+        ("0", "speeds must be positive numbers"),
+        ("a,b", "expected comma-separated numbers"),
+    ],
+)
+def test_bad_speeds_exit_2_with_one_line(capsys, speeds, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", f"--speeds={speeds}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err.strip().splitlines()[-1]
+    assert "Traceback" not in err
+
+
+def test_only_debug_shows_the_traceback(files):
+    args = [sys.executable, "-m", "pipeline.cli"]
+    data = ["train", "--in-process", "--data", str(files / "garbage.npz")]
+    plain = subprocess.run([*args, *data], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().count("\n") == 0
+    debug = subprocess.run([*args, "--debug", *data], capture_output=True, text=True, timeout=120)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    assert "CliError" in debug.stderr
+
+
+def test_a_multi_line_library_message_is_cut_to_its_first_line(capsys, monkeypatch):
+    import pipeline.cli as cli
+
+    def boom(*_a, **_k):
+        raise ValueError("Input X contains NaN.\nA long paragraph of advice.")
+
+    monkeypatch.setattr(cli, "load_dataset", boom)
+    assert main(["train", "--in-process", "--data", "x.npz"]) == 2
+    assert capsys.readouterr().err == "hmdspt: error: Input X contains NaN.\n"
+
+
+# --------------------------------------------------------------- estimator (API)
+def test_string_feature_columns_are_refused_by_the_estimator():
+    X = np.array([["a", "b"], ["c", "d"], ["e", "f"], ["g", "h"]], dtype=object)
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        BPNNClassifier(max_iter=1).fit(X, [0, 1, 0, 1])
+
+
+def test_nan_in_partial_fit_and_predict_is_refused():
+    rng = np.random.RandomState(0)
+    X, y = rng.rand(40, 3), np.arange(40) % 2
+    clf = BPNNClassifier((4,), random_state=0)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        clf.partial_fit(bad, y, classes=[0, 1])
+    clf.partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        clf.predict(bad)
+
+
+def test_unseen_labels_in_partial_fit_name_the_labels():
+    rng = np.random.RandomState(0)
+    X = rng.rand(20, 3)
+    clf = BPNNClassifier((4,), random_state=0).partial_fit(X, np.arange(20) % 2, classes=[0, 1])
+    with pytest.raises(ValueError, match="classes not in") as info:
+        clf.partial_fit(X[:4], [0, 1, 7, 7])
+    assert "7" in str(info.value)

@@ -1,0 +1,167 @@
+"""Faults during a fit on a real (emulated heterogeneous) cluster: a straggler, a joiner.
+
+A killed worker and losing every worker are covered in ``tests/test_trainer.py``
+(``test_a_killed_worker_is_survived_without_losing_rows``,
+``test_losing_every_worker_ends_the_fit_with_a_clear_error``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import make_classification
+
+from pipeline.cluster import local_cluster
+from pipeline.nn import MLP
+from pipeline.runlog import read_events
+from pipeline.trainer import Trainer, TrainerConfig
+from pipeline.worker_tasks import get_slowdowns, set_slowdown
+
+STRAGGLER_ROUND = 3  # the slowdown is applied once this many rounds are logged
+SLOWDOWN = 4.0  # factor by which the straggler's speed drops
+
+
+def _rounds_logged(log: Path) -> int:
+    return sum(e["event"] == "round" for e in read_events(log)) if log.exists() else 0
+
+
+def _when_rounds(log: Path, n: int, action, timeout: float = 60.0) -> threading.Thread:
+    """Start a thread that runs ``action()`` once ``n`` rounds are in the run log."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _rounds_logged(log) >= n:
+                action()
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def _trainer(client: Client, layers: tuple[int, ...], log: Path, **config) -> Trainer:
+    model = MLP(layers)
+    model.initialize(np.random.RandomState(0))
+    optimizer = dict(solver="adam", learning_rate_init=0.003)
+    return Trainer(
+        client,
+        model,
+        optimizer,
+        128,
+        TrainerConfig(run_log=str(log), probe_seconds=0.3, record_row_ids=True, **config),
+    )
+
+
+def _data(n: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    X, y = make_classification(
+        n_samples=n, n_features=n_features, n_informative=10, n_classes=3, random_state=0
+    )
+    return X.astype(np.float32), np.eye(3, dtype=np.float32)[y]
+
+
+def _address_of(client: Client, name: str) -> str:
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return next(a for a, w in info.items() if w["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def straggler_fit(tmp_path_factory):
+    """A fit on speeds 2:1 whose fastest worker (worker-0) slows down 4x after round 3.
+
+    Rounds last ~0.3-0.6 s of compute (50 features, 512-256 hidden units, 2 rounds per
+    epoch), so idle time is measured against real work, not scheduling overhead.
+    """
+    log = tmp_path_factory.mktemp("straggler") / "run.jsonl"
+    X, Y = _data(30000, 50)
+    change: dict[str, object] = {}
+    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as client:
+        victim = _address_of(client, "worker-0")
+
+        def slow_down() -> None:
+            set_slowdown(client, victim, SLOWDOWN * cluster.emulation.slowdowns["worker-0"])
+            change["round"] = _rounds_logged(log)
+            change["slowdowns"] = get_slowdowns(client)
+
+        watcher = _when_rounds(log, STRAGGLER_ROUND, slow_down)
+        trainer = _trainer(client, (50, 512, 256, 3), log, rounds_per_epoch=2)
+        trainer.fit(X, Y, max_epochs=8)
+        watcher.join()
+    return trainer, read_events(log), change
+
+
+def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
+    trainer, events, change = straggler_fit
+    assert change["slowdowns"][_victim_address(events)] == SLOWDOWN
+    changed_at = int(change["round"])
+    before = _rows_at(events, "worker-0", changed_at)
+    later = [
+        e for e in events if e["event"] == "partition" and changed_at < e["round"] <= changed_at + 3
+    ]
+    assert any(e["rows"]["worker-0"] < before for e in later), (before, later)
+    assert sum(trainer.final_counts.values()) == trainer.n_rows
+    for epoch, seen in trainer.rows_seen.items():  # moves never lose or repeat a row
+        assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+
+
+def test_after_the_rebalance_the_fastest_worker_idles_at_most_ten_percent(straggler_fit):
+    _, events, change = straggler_fit
+    fraction = fastest_idle_after(events, int(change["round"]) + 3)
+    print(f"fastest worker's idle fraction after the re-balance: {fraction:.3f}")
+    assert fraction <= 0.10
+
+
+def fastest_idle_after(events: list[dict], first_round: int) -> float:
+    """Mean ``idle_s / wall_s`` of the worker with the most rows, over rounds > first_round."""
+    rounds = [e for e in events if e["event"] == "round" and e["round"] > first_round]
+    assert rounds, "no rounds after the re-balance window"
+    fractions = []
+    for e in rounds:
+        fastest = max(e["workers"], key=lambda w: e["workers"][w]["rows"])
+        fractions.append(e["workers"][fastest]["idle_s"] / e["wall_s"])
+    return float(np.mean(fractions))
+
+
+def _victim_address(events: list[dict]) -> str:
+    start = next(e for e in events if e["event"] == "run_start")
+    return next(w["address"] for w in start["workers"] if w["name"] == "worker-0")
+
+
+def _rows_at(events: list[dict], name: str, round_: int) -> int:
+    """Rows of worker ``name`` per the last partition at or before ``round_``."""
+    parts = [e for e in events if e["event"] == "partition" and e["round"] <= round_]
+    return int(parts[-1]["rows"][name])
+
+
+def test_a_worker_joining_mid_fit_gets_rows_from_the_next_round(tmp_path):
+    log = tmp_path / "join.jsonl"
+    # Long enough (45 rounds, several seconds) for a new worker process to start and
+    # connect before the fit ends, even on a loaded machine.
+    X, Y = _data(20000, 20)
+    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as client:
+        watcher = _when_rounds(log, 2, lambda: cluster.scale(3))
+        trainer = _trainer(client, (20, 256, 3), log, rounds_per_epoch=3)
+        trainer.fit(X, Y, max_epochs=15)
+        watcher.join()
+    events = read_events(log)
+    joined = [e for e in events if e["event"] == "worker_joined"]
+    assert len(joined) == 1, f"{len(joined)} joins; last round {_rounds_logged(log)}"
+    name, at = joined[0]["worker"], joined[0]["round"]
+    assert name not in {"worker-0", "worker-1"}
+    rounds = [e for e in events if e["event"] == "round" and e["round"] > at]
+    shares = [(e["round"], e["workers"].get(name, {}).get("rows", 0)) for e in rounds]
+    assert rounds and rounds[0]["round"] == at + 1, shares
+    assert shares[0][1] > 0, shares  # a share from the next round on
+    assert all(rows > 0 for _, rows in shares), shares
+    last = [e for e in events if e["event"] == "partition"][-1]
+    assert sum(last["rows"].values()) == len(X) and last["rows"][name] > 0
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"

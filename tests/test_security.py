@@ -1,0 +1,185 @@
+"""Security: TLS on the cluster, the monitor's login, no unpickling of what the app reads,
+and a safe format for fitted models (docs/security.md)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import load_digits, make_classification
+
+from pipeline.cluster import local_cluster
+from pipeline.estimator import BPNNClassifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Types a fitted BPNNClassifier holds besides builtins and numpy arrays; the only
+#: ones to pass as ``trusted`` to ``skops.io.load`` (see docs/security.md).
+SKOPS_TRUSTED = [
+    "numpy.dtype",
+    "pipeline.estimator.BPNNClassifier",
+    "pipeline.nn.AdamOptimizer",
+    "pipeline.nn.MLP",
+]
+
+
+@pytest.fixture(scope="module")
+def digits_model():
+    X, y = load_digits(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = BPNNClassifier((16,), max_iter=5, random_state=0).fit(X, y)
+    return clf, X
+
+
+def test_a_fit_runs_end_to_end_over_tls(tmp_path):
+    from distributed.security import Security
+
+    sec = Security.temporary()  # a throw-away CA and certificate, in memory
+    assert sec.require_encryption
+    X, y = make_classification(
+        n_samples=3000, n_features=20, n_classes=3, n_informative=8, random_state=0
+    )
+    with local_cluster(speeds=(2, 1), security=sec, protocol="tls://") as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        with Client(cluster, security=sec) as client:
+            info = client.scheduler_info(n_workers=-1)
+            assert all(a.startswith("tls://") for a in info["workers"])
+            clf = BPNNClassifier(
+                (32,),
+                client=client,
+                max_iter=3,
+                rounds_per_epoch=2,
+                run_log=tmp_path,
+                random_state=0,
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                clf.fit(X[:2400], y[:2400], eval_set=(X[2400:], y[2400:]))
+    assert clf.score(X[2400:], y[2400:]) > 0.5
+    from pipeline.runlog import read_events
+
+    events = read_events(clf.run_log_path_)
+    assert events[-1]["status"] == "completed"
+    assert all(w["address"].startswith("tls://") for w in events[0]["workers"])
+
+
+def test_a_plain_client_cannot_talk_to_a_tls_cluster():
+    from distributed.security import Security
+
+    sec = Security.temporary()
+    with local_cluster(speeds=(1,), security=sec, protocol="tls://") as cluster:
+        plain = cluster.scheduler_address.replace("tls://", "tcp://")
+        with pytest.raises((OSError, TimeoutError)):
+            Client(plain, timeout=2)
+
+
+def test_monitor_passes_basic_auth_and_cookie_secret_to_panel(tmp_path, monkeypatch):
+    import panel as pn
+
+    from app.cli import monitor_main
+
+    calls = []
+    monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
+    assert monitor_main(tmp_path, port=1, basic_auth="s3cret", cookie_secret="c00kie") == 0
+    assert calls[-1]["basic_auth"] == "s3cret" and calls[-1]["cookie_secret"] == "c00kie"
+    assert calls[-1]["address"] == "127.0.0.1"
+    # A password without a cookie secret: a random secret, different per start.
+    monitor_main(tmp_path, port=1, basic_auth="s3cret")
+    monitor_main(tmp_path, port=1, basic_auth="s3cret")
+    secrets = [c["cookie_secret"] for c in calls[-2:]]
+    assert len(set(secrets)) == 2 and all(len(s) >= 32 for s in secrets)
+    # No password: no login at all (the default, local-only monitor).
+    monitor_main(tmp_path, port=1)
+    assert "basic_auth" not in calls[-1] and calls[-1]["address"] == "127.0.0.1"
+
+
+def test_monitor_warns_when_exposed_without_a_password(tmp_path, monkeypatch, capsys):
+    import panel as pn
+
+    from app.cli import monitor_main
+
+    monkeypatch.setattr(pn, "serve", lambda *a, **kw: None)
+    monitor_main(tmp_path, port=1, address="0.0.0.0")
+    assert "without --basic-auth" in capsys.readouterr().err
+    monitor_main(tmp_path, port=1, address="0.0.0.0", basic_auth="pw")
+    assert "without --basic-auth" not in capsys.readouterr().err
+
+
+def test_the_app_and_the_run_log_reader_never_unpickle():
+    files = sorted((ROOT / "app").rglob("*.py")) + [ROOT / "pipeline" / "runlog.py"]
+    pattern = re.compile(
+        r"\bimport pickle\b|\bpickle\.|cloudpickle|\bjoblib\.load|allow_pickle\s*=\s*True"
+        r"|pd\.read_pickle|\bmarshal\.|\bshelve\b|yaml\.load\(|\beval\("
+    )
+    hits = [
+        f"{f.relative_to(ROOT)}:{i}: {line.strip()}"
+        for f in files
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, hits
+
+
+def test_a_fitted_model_round_trips_through_skops(digits_model, tmp_path):
+    import skops.io as sio
+
+    clf, X = digits_model
+    path = tmp_path / "model.skops"
+    sio.dump(clf, path)
+    assert sorted(sio.get_untrusted_types(file=path)) == SKOPS_TRUSTED
+    with pytest.raises(Exception, match="[Uu]ntrusted"):
+        sio.load(path)  # nothing beyond builtins/numpy is loaded unless listed
+    loaded = sio.load(path, trusted=SKOPS_TRUSTED)
+    assert (loaded.predict(X) == clf.predict(X)).all()
+    np.testing.assert_array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+
+
+def test_a_model_fitted_on_a_cluster_round_trips_once_the_client_is_dropped(tmp_path):
+    import skops.io as sio
+
+    X, y = make_classification(n_samples=1500, n_features=10, random_state=0)
+    with local_cluster(speeds=(1,)) as cluster, Client(cluster) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = BPNNClassifier((8,), client=client, max_iter=2, random_state=0).fit(X, y)
+    clf.set_params(client=None)  # a live Client is no part of the model
+    path = tmp_path / "m.skops"
+    sio.dump(clf, path)
+    loaded = sio.load(path, trusted=sio.get_untrusted_types(file=path))
+    assert set(sio.get_untrusted_types(file=path)) <= set(SKOPS_TRUSTED)
+    assert (loaded.predict(X) == clf.predict(X)).all()
+
+
+def save_npz(clf: BPNNClassifier, path: Path) -> None:
+    """The pickle-free fallback format: weights, biases and classes in one ``.npz``."""
+    # coefs_/intercepts_ (views into the flat parameter vector), or the model's own lists.
+    coefs = getattr(clf, "coefs_", None) or clf._model.coefs
+    intercepts = getattr(clf, "intercepts_", None) or clf._model.intercepts
+    arrays = {f"coef_{i}": c for i, c in enumerate(coefs)}
+    arrays |= {f"intercept_{i}": b for i, b in enumerate(intercepts)}
+    np.savez(path, classes=clf.classes_, **arrays)
+
+
+def predict_npz(path: Path, X: np.ndarray, activation: str = "relu") -> np.ndarray:
+    """Predict from :func:`save_npz` output with numpy only (``allow_pickle=False``)."""
+    with np.load(path, allow_pickle=False) as data:
+        n = sum(k.startswith("coef_") for k in data.files)
+        a = np.asarray(X, dtype=np.float64)
+        for i in range(n):
+            a = a @ data[f"coef_{i}"] + data[f"intercept_{i}"]
+            if i < n - 1:
+                a = np.maximum(a, 0) if activation == "relu" else np.tanh(a)
+        return data["classes"][a.argmax(1)]
+
+
+def test_npz_of_coefs_and_intercepts_is_a_safe_fallback(digits_model, tmp_path):
+    clf, X = digits_model
+    assert clf.activation == "relu"
+    path = tmp_path / "model.npz"
+    save_npz(clf, path)
+    assert (predict_npz(path, X) == clf.predict(X)).mean() > 0.99
