@@ -26,6 +26,7 @@ SUITE = {
     "scaling": "benchmarks.bench_scaling",
     "training": "benchmarks.bench_training",
     "ablation": "benchmarks.bench_ablation",
+    "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
 }
