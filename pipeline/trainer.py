@@ -612,13 +612,13 @@ class Trainer:
         self._sync_membership()
         spec = self._spec(new_epoch, rounds_left)
         start = time.perf_counter()
-        # Broadcast w_t once per round; every task depends on the same future.
-        params_future = self._broadcast()
+        # w_t goes to each worker once per round (not inside each task submission).
+        params_futures = self._broadcast()
         futures = {
             self.client.submit(
                 round_task,
                 shard,
-                params_future,
+                params_futures[addr],
                 spec,
                 workers=[addr],
                 allow_other_workers=False,
@@ -703,7 +703,7 @@ class Trainer:
             val_score=self._evaluate(evaluate, epoch_end),
             workers=record.workers,
         )
-        self.client.cancel(params_future)
+        self.client.cancel(list(params_futures.values()))
         if lost:
             self._recover(lost)
         return record
@@ -724,25 +724,32 @@ class Trainer:
         self.history[-1].val_score = score
         return score
 
-    def _broadcast(self, attempts: int = 3):
-        """Scatter ``w_t`` to the staged workers; a worker dying under it is recovered.
+    def _broadcast(self, attempts: int = 3) -> dict[str, Any]:
+        """Send ``w_t`` once to every staged worker; a future per worker.
 
-        Bounded by a timeout: the scheduler keeps retrying a replica to a worker that died
-        but is not yet removed, which would otherwise block the broadcast indefinitely.
+        Scattered directly to each worker rather than with ``broadcast=True``: Dask's
+        broadcast replication kept retrying a killed worker's stale address every 30 s
+        (measured: a fit hung there), while a direct transfer to a dead worker fails
+        within the connect timeout. A failure looks for lost workers, recovers their
+        rows, and tries again.
         """
         for attempt in range(attempts):
             try:
-                return self.client.scatter(
-                    self.model.params,
-                    workers=sorted(self.staged.futures),
-                    broadcast=True,
-                    hash=False,
-                    timeout=self.config.broadcast_timeout_s,
-                )
+                return {
+                    addr: self.client.scatter(
+                        self.model.params,
+                        workers=[addr],
+                        direct=True,
+                        hash=False,
+                        timeout=self.config.broadcast_timeout_s,
+                    )
+                    for addr in sorted(self.staged.futures)
+                }
             except Exception:
                 if attempt == attempts - 1:
                     raise
                 self._sync_membership(grace_s=5.0)
+        raise AssertionError("unreachable")
 
     def _live(self) -> set[str]:
         return set(self.client.scheduler_info(n_workers=-1)["workers"])
