@@ -152,7 +152,13 @@ def test_a_worker_joining_mid_fit_gets_rows_from_the_next_round(tmp_path):
         watcher.join()
     events = read_events(log)
     joined = [e for e in events if e["event"] == "worker_joined"]
-    assert len(joined) == 1, f"{len(joined)} joins; last round {_rounds_logged(log)}"
+    assert len(joined) == 1, f"{len(joined)} joins; last round {_rounds_logged(log)}; " + str(
+        [
+            (e["event"], e.get("round"), e.get("worker"), e.get("reason"))
+            for e in events
+            if e["event"] in ("worker_joined", "worker_lost", "run_end")
+        ]
+    )
     name, at = joined[0]["worker"], joined[0]["round"]
     assert name not in {"worker-0", "worker-1"}
     rounds = [e for e in events if e["event"] == "round" and e["round"] > at]
