@@ -226,6 +226,11 @@ def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activ
 CHUNK_CPU_S = 0.05
 
 
+# Least thread-CPU seconds of a chunk of the adaptive probe when a row budget shrinks its
+# chunks (see :func:`probe_task`).
+MIN_PROBE_CHUNK_CPU_S = 0.004
+
+
 def batches_per_chunk(cpu_s: float, batches: int, target_s: float = CHUNK_CPU_S) -> int:
     """Batches a chunk needs for ``target_s`` of CPU, from one that took ``cpu_s``."""
     if cpu_s <= 0 or batches < 1:
@@ -386,7 +391,9 @@ def probe_task(
         Adaptive mode: least chunks before the spread of their speeds is trusted.
     max_rows : int, optional
         Adaptive mode: most rows to process once the minimum is met; the last chunk is cut
-        to whole mini-batches so that it overruns by less than one mini-batch.
+        to whole mini-batches so that it overruns by less than one mini-batch. Chunks
+        shrink below ``chunk_batches`` so that ``min_chunks`` of them fit the budget, down
+        to ``MIN_PROBE_CHUNK_CPU_S`` of compute each.
     estimator : {"trimmed", "median"}, default="trimmed"
         Adaptive mode: how the chunks make one speed; see :func:`chunk_speed`.
     hiccup_factor : float, default=3.0
@@ -472,6 +479,15 @@ def probe_task(
             chunk_batches,
             batches_per_chunk(time.thread_time() - cpu_start, max(warmup_steps, 1)),
         )
+    elif max_rows is not None:
+        # A row budget that cannot hold ``min_chunks`` chunks would be overridden by the
+        # minimum (measured: 8 chunks of 16 batches made a 5 %-of-an-epoch budget 20 %),
+        # so the chunks shrink to fit it, but not below MIN_PROBE_CHUNK_CPU_S of compute:
+        # shorter chunks measure the emulation's sleep latency rather than the worker.
+        warm_cpu_per_batch = (time.thread_time() - cpu_start) / max(warmup_steps, 1)
+        fit_budget = max_rows // (min_chunks * batch_size)
+        floor = math.ceil(MIN_PROBE_CHUNK_CPU_S / max(warm_cpu_per_batch, 1e-9))
+        chunk_batches = max(1, min(chunk_batches, max(fit_budget, floor)))
     chunk_rows = batch_size * chunk_batches
     order = rng.permutation(n_sample)[np.arange(chunk_rows * -(-n_sample // chunk_rows)) % n_sample]
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
+from pipeline import worker_tasks
 from pipeline.scoring import OnlineScorer, ProbeResult, probe_workers, score_workers
 from pipeline.worker_tasks import chunk_speed, probe_task
 
@@ -169,6 +170,24 @@ def test_adaptive_probe_row_budget_is_met_to_a_batch_but_never_below_the_minimum
     assert r["stop"] == "max_rows"
     assert r["busy_s"] >= 0.2 and r["chunks"] >= 8
     assert r["busy_s"] < 2.0
+
+
+def test_adaptive_probe_chunks_shrink_to_fit_a_row_budget(monkeypatch):
+    # A budget of 8 chunks of 2 batches makes 2-batch chunks, not the default 16, so the
+    # minimum of 8 chunks costs the budget's rows, not 8 x 16 batches. (The compute floor
+    # of a chunk depends on this machine's speed: zero here, so the test does not.)
+    monkeypatch.setattr(worker_tasks, "MIN_PROBE_CHUNK_CPU_S", 0.0)
+    kw = dict(batch_size=32, min_seconds=0.0, max_seconds=10.0)
+    r = probe_task(SMALL, rel_tol=0.0, max_rows=8 * 64, **kw)
+    assert r["stop"] == "max_rows"
+    assert (r["chunks"], r["rows"]) == (8, 8 * 64)
+    # Without a budget the chunks keep their default length of 16 batches.
+    r = probe_task(SMALL, rel_tol=1.0, **kw)
+    assert r["rows"] == 16 * 32 * r["chunks"]
+    # The floor: chunks never shrink below MIN_PROBE_CHUNK_CPU_S of compute.
+    monkeypatch.setattr(worker_tasks, "MIN_PROBE_CHUNK_CPU_S", 1.0)
+    r = probe_task(SMALL, rel_tol=1.0, max_rows=8 * 64, **kw)
+    assert r["rows"] == 16 * 32 * r["chunks"]
 
 
 def _misaligned(a: np.ndarray) -> np.ndarray:
