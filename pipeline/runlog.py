@@ -51,6 +51,7 @@ EVENT_TYPES = (
     "run_start",
     "score",
     "partition",
+    "warm_start",
     "round",
     "worker_lost",
     "worker_joined",
@@ -430,6 +431,32 @@ class RunLogWriter:
             address=address,
             nthreads=nthreads,
             memory=memory,
+            **extra,
+        )
+
+    def warm_start(
+        self, rows: int, epochs: int, seconds: float, val_score: float | None, **extra: Any
+    ) -> dict:
+        """Log the warm start: the pilot fit before round one and the model it gave.
+
+        Parameters
+        ----------
+        rows : int
+            Rows of the pilot's sample.
+        epochs : int
+            Epochs the pilot trained over them.
+        seconds : float
+            Wall time of the pilot fit.
+        val_score : float or None
+            Validation score of the warm-started model, if the fit has a validation set.
+        """
+        return self.write(
+            "warm_start",
+            round=0,
+            rows=rows,
+            epochs=epochs,
+            seconds=seconds,
+            val_score=val_score,
             **extra,
         )
 

@@ -11,7 +11,8 @@ The strategies differ only in three places, all parameters of the same loop:
 ``sync``          what a worker returns        how the driver combines
 ================  ==========================  =========================================
 ``"hmdspt"``      delta after local steps      step-normalised merge + block momentum,
-                                               after a warm-start pilot fit
+                                               after a warm-start pilot fit and with
+                                               short ramp rounds opening the first epoch
 ``"local"``       delta after local steps      plain row-weighted average (no momentum,
                                                no warm start)
 ``"bsp"``         gradient of its rows         summed into one global mini-batch
@@ -74,6 +75,10 @@ class TrainerConfig:
         Fraction kept by top-k compression.
     warm_start_rows, warm_start_epochs : int
         Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
+    ramp_rounds : int
+        ``sync="hmdspt"``, a fresh fit: the first epoch starts with this many short
+        rounds, each twice the rows of the one before, the first ``1 / 2**ramp_rounds``
+        of a regular round (see :func:`round_schedule`); 0 turns the ramp off.
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
         (capped by the data set's size, see :func:`pipeline.scoring.score_workers`); a
@@ -124,6 +129,7 @@ class TrainerConfig:
     topk: float = 0.1
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
+    ramp_rounds: int = 3
     probe_seconds: float | None = None
     rebalance_threshold: float = 0.05
     min_rows: int = 1
@@ -150,10 +156,56 @@ class TrainerConfig:
             raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
         if not 0 <= self.block_momentum < 1:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
+        if self.ramp_rounds < 0:
+            raise ValueError(f"ramp_rounds must be >= 0, got {self.ramp_rounds}")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
+
+
+def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
+    """The ``rounds_left`` of each round of an epoch (see :class:`RoundSpec`).
+
+    A worker processes ``ceil(due / rounds_left)`` of the rows it has not yet processed
+    this epoch, so any schedule ending in 1 processes every row exactly once. A regular
+    epoch is ``[R, R - 1, ..., 1]``: ``R`` equal rounds. A ramp puts ``ramp_rounds``
+    short rounds first, ``R * 2**k`` for ``k = ramp_rounds, ..., 1``: the first holds
+    ``1 / 2**ramp_rounds`` of a regular round's rows and each next one about twice as many.
+
+    Why a ramp: the first rounds after the warm start are where local models drift
+    apart fastest (the loss falls steeply), so merging early and often keeps them
+    together, as in post-local SGD (Lin et al., ICLR 2020) and the growing
+    synchronisation periods of Haddadpour et al. (NeurIPS 2019). It also gives the
+    online scorer real round timings, and the user a first validation score, after a
+    fraction of a round instead of a whole one. It costs ``ramp_rounds`` extra
+    synchronisations once per fit.
+
+    Parameters
+    ----------
+    rounds_per_epoch : int
+        Regular rounds of the epoch, ``R >= 1``.
+    ramp_rounds : int, default=0
+        Short rounds before them.
+
+    Returns
+    -------
+    schedule : list of int
+
+    Examples
+    --------
+    >>> round_schedule(2)
+    [2, 1]
+    >>> round_schedule(1, ramp_rounds=3)
+    [8, 4, 2, 1]
+    """
+    if rounds_per_epoch < 1 or ramp_rounds < 0:
+        raise ValueError(
+            f"need rounds_per_epoch >= 1 and ramp_rounds >= 0, got {rounds_per_epoch}, "
+            f"{ramp_rounds}"
+        )
+    ramp = [rounds_per_epoch * 2**k for k in range(ramp_rounds, 0, -1)]
+    return ramp + list(range(rounds_per_epoch, 0, -1))
 
 
 @dataclass
@@ -438,21 +490,35 @@ class Trainer:
                     n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
                 )
                 X_np = np.asarray(X)
+                t_pilot = time.perf_counter()
                 self._pilot_fit(
                     np.ascontiguousarray(X_np[np.sort(sample)], dtype=self.model.dtype),
                     np.ascontiguousarray(Y[np.sort(sample)], dtype=self.model.dtype),
                 )
+                t_pilot = time.perf_counter() - t_pilot
+                # The warm-started model is the fit's model from now until round one ends:
+                # scored like a round's, so the accuracy curve starts where training does.
+                pilot_score = None
+                if evaluate is not None:
+                    pilot_score = float(evaluate())
+                    self._last_eval = time.perf_counter()
+                if self.log is not None:
+                    self.log.warm_start(len(sample), cfg.warm_start_epochs, t_pilot, pilot_score)
             rounds_per_epoch = (
                 math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
             )
+            ramp = cfg.sync == "hmdspt" and self.resumed_from is None
             for epoch in range(start_epoch, max_epochs + 1):
                 self._epoch = epoch
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
-                for r in range(rounds_per_epoch):
+                schedule = round_schedule(
+                    rounds_per_epoch, cfg.ramp_rounds if ramp and epoch == start_epoch else 0
+                )
+                for r, rounds_left in enumerate(schedule):
                     out_of_time = self._out_of_time()
-                    last = r == rounds_per_epoch - 1 or out_of_time
-                    record = self._round(epoch, r == 0, rounds_per_epoch - r, evaluate, last)
+                    last = r == len(schedule) - 1 or out_of_time
+                    record = self._round(epoch, r == 0, rounds_left, evaluate, last)
                     epoch_loss += record.loss_sum
                     epoch_rows += record.rows
                     if out_of_time:

@@ -103,7 +103,7 @@ def test_cluster_fit_logs_every_round_and_reports_per_worker(client, data, tmp_p
     kinds = [e["event"] for e in events]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end"
     assert events[-1]["status"] == "completed"
-    assert kinds.count("round") == 4
+    assert kinds.count("round") == 2 * 2 + 3  # 2 epochs of 2 rounds, 3 ramp rounds first
     assert {"score", "partition"} <= set(kinds)
     rounds = [e for e in events if e["event"] == "round"]
     for r in rounds:
@@ -210,10 +210,19 @@ def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path
         (32,), client=client, max_iter=3, rounds_per_epoch=2, run_log=log, random_state=0
     )
     clf.fit(X[:3000], y[:3000], eval_set=(X[3000:], y[3000:]))
-    logged = [e["val_score"] for e in read_events(log) if e["event"] == "round"]
+    events = read_events(log)
+    rounds = [e for e in events if e["event"] == "round"]
+    logged = [e["val_score"] for e in rounds]
     scored = [s for s in logged if s is not None]
-    assert logged[1] is not None and logged[-1] is not None  # epoch ends always scored
-    assert [s for _, s in clf.eval_curve_] == pytest.approx(scored)
+    epoch_ends = [
+        a for a, b in zip(rounds, rounds[1:] + [None]) if b is None or b["epoch"] > a["epoch"]
+    ]
+    assert len(epoch_ends) == 3
+    assert all(e["val_score"] is not None for e in epoch_ends)  # always scored
+    # The curve starts with the warm-started model, scored before round one.
+    (warm,) = [e for e in events if e["event"] == "warm_start"]
+    assert warm["val_score"] is not None and warm["rows"] > 0
+    assert [s for _, s in clf.eval_curve_] == pytest.approx([warm["val_score"], *scored])
     assert scored[-1] == pytest.approx(clf.score(X[3000:], y[3000:]))
     times = [t for t, _ in clf.eval_curve_]
     assert times == sorted(times)
@@ -232,3 +241,24 @@ def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data
     np.testing.assert_array_equal(labels.compute(), clf.predict(X))
     # float32: the softmax shift is per block, so agreement is to float32 rounding.
     np.testing.assert_allclose(proba.compute(), clf.predict_proba(X), rtol=1e-5, atol=1e-7)
+
+
+def test_round_schedule_ramps_up_and_ends_every_epoch_with_one_round_left():
+    from pipeline.trainer import round_schedule
+
+    assert round_schedule(1) == [1]
+    assert round_schedule(3) == [3, 2, 1]
+    assert round_schedule(2, ramp_rounds=3) == [16, 8, 4, 2, 1]
+    # Rows each round takes under the worker's rule ceil(due / rounds_left): the ramp's
+    # rounds grow about twice each time, and the epoch covers every row exactly once.
+    due, taken = 8000, []
+    for rounds_left in round_schedule(1, ramp_rounds=3):
+        take = -(-due // rounds_left)
+        taken.append(take)
+        due -= take
+    assert due == 0 and sum(taken) == 8000
+    assert taken[0] == 1000 and taken[0] < taken[1] < taken[2]
+    with pytest.raises(ValueError, match="ramp_rounds"):
+        round_schedule(1, ramp_rounds=-1)
+    with pytest.raises(ValueError, match="ramp_rounds"):
+        TrainerConfig(ramp_rounds=-1).validate()
