@@ -14,7 +14,8 @@ A round (times from the round's start, DESIGN.md "The round"):
    worker ``k`` receives it after ``ceil(log2(k + 2))`` hops of
    ``latency + P / bandwidth + per_message``.
 2. **Compute**: ``busy_i = rows_i / speed_i(t)``, with the speed drifting from round to round
-   (:class:`Drift`), straggler episodes (:class:`Stragglers`) and per-round jitter.
+   (:class:`Drift`), straggler episodes (:class:`Stragglers`) and per-round jitter, each
+   worker's own (``noise``) and shared by all workers (``common_noise``).
 3. **Gather and merge**. Flat: the deltas queue on the driver's link in the order they are
    ready (a FIFO server: each takes ``P / bandwidth + per_message``), then the driver merges
    all of them (``n * P / merge_Bps``). Tree: pairwise reductions over ``ceil(log2 n)``
@@ -24,6 +25,10 @@ A round (times from the round's start, DESIGN.md "The round"):
 ``w_t`` plus send ``Δ_i``, as the trainer's driver-side estimate) and
 ``idle_i = max(wall - busy_i - comm_i, 0)``. ``merge_s`` is the time from the last worker's
 end of compute to the merged update (the gather + merge that the barrier adds).
+
+:func:`calibrate` fits the speeds, both jitters, the scheduler overhead and the merge rate
+to the ``round`` events of a real run log, so that a run can be replayed and predicted
+(``benchmarks/bench_simulation.py`` validates the simulator that way).
 
 Re-balancing moves rows between rounds (worker to worker, in parallel); its time is reported
 as ``rebalance_s`` and, as in the trainer's log, is not part of the round's wall time.
@@ -42,10 +47,12 @@ import numpy as np
 from . import partition, scoring
 
 __all__ = [
+    "Calibration",
     "Drift",
     "NetworkModel",
     "SimResult",
     "Stragglers",
+    "calibrate",
     "make_speeds",
     "simulate_run",
 ]
@@ -330,6 +337,7 @@ def simulate_run(
     *,
     rounds_per_epoch: int = 1,
     noise: float = 0.0,
+    common_noise: float = 0.0,
     probe_noise: float = 0.0,
     rebalance_threshold: float = 0.05,
     min_rows: int = 1,
@@ -368,7 +376,12 @@ def simulate_run(
     rounds_per_epoch : int
         A round trains ``shard_i / rounds_per_epoch`` rows on worker ``i``.
     noise : float
-        Log-normal jitter of each round's busy time (measurement noise of a shared host).
+        Log-normal jitter of each worker's busy time in each round, independent between
+        workers (measurement noise, a worker's own neighbours).
+    common_noise : float
+        Log-normal jitter of a round's busy times shared by all workers (load on a shared
+        host, or a shared file system, slows every worker at once). It lengthens rounds
+        but, unlike ``noise``, does not unbalance them.
     probe_noise : float
         Log-normal error of the initial probe's speeds.
     rebalance_threshold, min_rows : float, int
@@ -396,6 +409,8 @@ def simulate_run(
         raise ValueError(f"merge must be 'flat' or 'tree', got {merge!r}")
     if n_workers < 1 or rounds < 1 or rounds_per_epoch < 1 or rebalance_every < 1:
         raise ValueError("n_workers, rounds, rounds_per_epoch, rebalance_every must be >= 1")
+    if min(noise, common_noise, probe_noise) < 0:
+        raise ValueError("noise, common_noise and probe_noise must be >= 0")
     t_start = time.perf_counter()
     net = network if network is not None else NetworkModel()
     rng = np.random.default_rng(seed)
@@ -453,6 +468,8 @@ def simulate_run(
         else:
             rows = np.fromiter(counts.values(), dtype=float, count=n) / rounds_per_epoch
         jitter = np.exp(rng.normal(0.0, noise, n)) if noise else 1.0
+        if common_noise:  # drawn only when asked: other seeds' streams stay as they were
+            jitter = jitter * math.exp(rng.normal(0.0, common_noise))
         busy = rows / speed * jitter
         recv = _broadcast_times(n, params_bytes, net, merge)
         ready = recv + busy
@@ -508,6 +525,122 @@ def simulate_run(
         scorer=scorer,
         elapsed_s=time.perf_counter() - t_start,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# calibration from measured rounds
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Simulator inputs fitted to measured rounds (see :func:`calibrate`).
+
+    Attributes
+    ----------
+    speeds : ndarray (n_workers,)
+        Rows per second of each worker: the geometric mean over the rounds of
+        ``rows / busy_s`` (the median of the log-normal model, which is what
+        :func:`simulate_run` multiplies its jitter onto).
+    noise : float
+        Standard deviation of the log speed of a worker in a round, independent between
+        workers (``simulate_run(noise=...)``).
+    common_noise : float
+        Standard deviation of the log speed shared by all workers in a round
+        (``simulate_run(common_noise=...)``).
+    network : NetworkModel
+        ``base`` with the scheduler overhead and the merge rate fitted.
+    rounds : int
+        Rounds the calibration used.
+    """
+
+    speeds: np.ndarray
+    noise: float
+    common_noise: float
+    network: NetworkModel
+    rounds: int
+
+
+def calibrate(
+    rows: np.ndarray,
+    busy_s: np.ndarray,
+    comm_s: np.ndarray,
+    merge_s: np.ndarray,
+    params_bytes: float,
+    *,
+    merge: str = "flat",
+    base: NetworkModel | None = None,
+) -> Calibration:
+    """Fit the simulator's speeds, jitter and overheads to measured rounds.
+
+    The busy times are modelled as ``rows / speed_i * exp(c_t + e_ti)``: ``c_t`` is shared
+    by all workers in round ``t`` (load of the host), ``e_ti`` is each worker's own.
+    With ``r_ti = log(rows_ti / busy_ti) - log(speed_i)`` (``speed_i`` the geometric mean),
+    ``c_t`` is estimated by ``mean_i r_ti``; the unbiased variance estimates are
+    ``noise**2 = Σ (r_ti - c_t)**2 / ((T - 1)(n - 1))`` and
+    ``common_noise**2 = max(Σ c_t**2 / (T - 1) - noise**2 / n, 0)`` (the mean of ``n``
+    independent errors carries ``noise**2 / n`` of variance itself). Splitting the two
+    matters: independent jitter unbalances a round (the slowest draw sets its length, the
+    others idle), common jitter only lengthens it.
+
+    The network keeps ``base``'s latency, bandwidth and per-message costs; the merge rate
+    is ``n * params_bytes / mean(merge_s)`` and the scheduler overhead is what is left of
+    the measured ``comm_s`` once the modelled transfers are subtracted (the mean over
+    workers and rounds, at least 0).
+
+    Parameters
+    ----------
+    rows, busy_s, comm_s : ndarray (rounds, n_workers)
+        Per round and worker, as in the run log's ``round`` events.
+    merge_s : ndarray (rounds,)
+        The driver's merge time per round, as the trainer logs it (combining the deltas
+        only; :attr:`SimResult.merge_s` also counts the gather before it).
+    params_bytes : float
+        Size of ``w_t`` and of each delta.
+    merge : {"flat", "tree"}
+        How the measured rounds merged.
+    base : NetworkModel, optional
+        Latency, bandwidth and per-message costs (default :class:`NetworkModel` defaults).
+
+    Returns
+    -------
+    Calibration
+    """
+    rows = np.asarray(rows, dtype=float)
+    busy = np.asarray(busy_s, dtype=float)
+    comm = np.asarray(comm_s, dtype=float)
+    merge_s = np.asarray(merge_s, dtype=float)
+    if rows.ndim != 2 or rows.shape != busy.shape or rows.shape != comm.shape:
+        raise ValueError("rows, busy_s and comm_s must be arrays of the same shape (rounds, n)")
+    if merge_s.shape != (rows.shape[0],):
+        raise ValueError("merge_s must have one entry per round")
+    if not (np.all(rows > 0) and np.all(busy > 0)):
+        raise ValueError("every worker must have processed rows in busy time > 0 each round")
+    t, n = rows.shape
+    log_speed = np.log(rows / busy)
+    speeds = np.exp(log_speed.mean(axis=0))
+    resid = log_speed - np.log(speeds)
+    common = resid.mean(axis=1)
+    own = resid - common[:, None]
+    noise = float(np.sqrt((own**2).sum() / ((t - 1) * (n - 1)))) if t > 1 and n > 1 else 0.0
+    if t > 1:
+        var_c = float((common**2).sum() / (t - 1)) - (noise**2 / n if n > 1 else 0.0)
+        common_noise = math.sqrt(max(var_c, 0.0))
+    else:
+        common_noise = 0.0
+
+    net = base if base is not None else NetworkModel()
+    mean_merge = float(merge_s.mean())
+    merge_Bps = n * params_bytes / mean_merge if mean_merge > 0 else math.inf
+    bare = NetworkModel(net.latency_s, net.bandwidth_Bps, 0.0, net.per_message_s, merge_Bps)
+    modelled = []
+    for r in range(t):
+        ready = _broadcast_times(n, params_bytes, bare, merge) + busy[r]
+        arrival, _ = _gather(ready, params_bytes, bare, merge)
+        modelled.append(arrival - busy[r])
+    overhead = max(float(comm.mean() - np.mean(modelled)), 0.0)
+    network = NetworkModel(net.latency_s, net.bandwidth_Bps, overhead, net.per_message_s, merge_Bps)
+    return Calibration(speeds, noise, common_noise, network, t)
 
 
 # Thin indirections to the real partition module (kept as module attributes so that the

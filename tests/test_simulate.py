@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline import partition, scoring
-from pipeline.simulate import Drift, NetworkModel, Stragglers, simulate_run
+from pipeline.simulate import Drift, NetworkModel, Stragglers, calibrate, simulate_run
 
 FREE = NetworkModel.free()
 
@@ -137,6 +137,80 @@ def test_invariants_with_default_network() -> None:
     assert np.all((res.efficiency > 0) & (res.efficiency <= 1))
 
 
+def test_common_noise_lengthens_rounds_but_does_not_unbalance_them() -> None:
+    kw = dict(partition="proportional", n_rows=7 * 1000, rounds=50, network=FREE)
+    res = simulate_run(3, speeds=[4.0, 2.0, 1.0], common_noise=0.2, **kw)
+    # every worker is slowed by the same factor in a round: shares stay exact
+    assert res.idle_s.max() == pytest.approx(0.0, abs=1e-12)
+    assert np.std(np.log(res.wall_s)) > 0.1
+    np.testing.assert_allclose(res.busy_s / res.busy_s[:, :1], 1.0, rtol=1e-12)
+    own = simulate_run(3, speeds=[4.0, 2.0, 1.0], noise=0.2, **kw)
+    assert own.idle_fraction().min() > 0.0
+    # drawn only when asked: without it, seeds give the streams they always gave
+    a = simulate_run(3, speeds=[4.0, 2.0, 1.0], noise=0.1, seed=5, **kw)
+    b = simulate_run(3, speeds=[4.0, 2.0, 1.0], noise=0.1, common_noise=0.0, seed=5, **kw)
+    np.testing.assert_array_equal(a.busy_s, b.busy_s)
+
+
+def test_calibrate_recovers_what_the_simulator_was_given() -> None:
+    speeds = np.array([40_000.0, 20_000.0, 10_000.0])
+    net = NetworkModel(task_overhead_s=0.03, merge_Bps=5e8)
+    p = 4 * 50_000
+    truth = simulate_run(
+        3,
+        speeds=speeds,
+        partition="equal",
+        n_rows=90_000,
+        rounds=400,
+        params_bytes=p,
+        network=net,
+        noise=0.05,
+        common_noise=0.1,
+        seed=2,
+    )
+    cal = calibrate(truth.rows, truth.busy_s, truth.comm_s, truth.merge_s, p)
+    assert cal.rounds == 400
+    np.testing.assert_allclose(cal.speeds, speeds, rtol=0.02)
+    assert cal.noise == pytest.approx(0.05, rel=0.1)
+    assert cal.common_noise == pytest.approx(0.1, rel=0.15)
+    assert cal.network.task_overhead_s == pytest.approx(0.03, rel=1e-6)
+    # the simulated merge_s also holds the last delta's transfer: a lower bound of the rate
+    assert cal.network.merge_Bps < net.merge_Bps
+    assert cal.network.latency_s == net.latency_s
+
+
+def test_calibrate_without_noise_and_replay_reproduce_the_rounds() -> None:
+    rows = np.array([[4000.0, 2000.0, 1000.0], [3000.0, 3000.0, 1000.0]])
+    busy = rows / np.array([4000.0, 2000.0, 1000.0])
+    comm = np.full_like(rows, 0.02)
+    cal = calibrate(rows, busy, comm, np.array([0.001, 0.001]), 1000.0)
+    np.testing.assert_allclose(cal.speeds, [4000.0, 2000.0, 1000.0])
+    assert cal.noise == pytest.approx(0.0, abs=1e-12)
+    assert cal.common_noise == pytest.approx(0.0, abs=1e-12)
+    sim = simulate_run(
+        3,
+        speeds=cal.speeds,
+        rounds=2,
+        params_bytes=1000.0,
+        network=cal.network,
+        rows_schedule=rows,
+    )
+    np.testing.assert_allclose(sim.busy_s, busy)
+    np.testing.assert_allclose(sim.comm_s.mean(), 0.02, rtol=1e-9)
+    # round 2 gives the second worker 1.5 s of work: the first (0.75 s) and third (1 s) idle
+    np.testing.assert_allclose(sim.idle_s[1], [0.75, 0.0, 0.5], atol=0.01)
+
+
+def test_calibrate_rejects_bad_input() -> None:
+    ok = np.ones((2, 3))
+    with pytest.raises(ValueError):
+        calibrate(ok, np.ones((2, 2)), ok, np.ones(2), 100.0)
+    with pytest.raises(ValueError):
+        calibrate(ok, ok, ok, np.ones(3), 100.0)
+    with pytest.raises(ValueError):
+        calibrate(np.zeros((2, 3)), ok, ok, np.ones(2), 100.0)
+
+
 def test_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         simulate_run(3, partition="random")
@@ -144,3 +218,5 @@ def test_rejects_bad_arguments() -> None:
         simulate_run(3, merge="ring")
     with pytest.raises(ValueError):
         simulate_run(3, speeds=[1.0, 2.0])
+    with pytest.raises(ValueError):
+        simulate_run(3, common_noise=-0.1)
