@@ -2,7 +2,10 @@
 
 Runs each benchmark in turn, shows its output, and writes everything it printed, with
 the machine, the versions and the date, to ``benchmarks/results.md`` (generated: never
-edit it by hand). Heterogeneity in these runs is EMULATED on one machine.
+edit it by hand), then builds ``docs/performance.md`` and its figures from it and from the
+plots in ``benchmarks/out/`` (``benchmarks/report.py``). A subset (``python -m benchmarks
+idle scaling``) replaces only its own sections. Heterogeneity in these runs is EMULATED on
+one machine.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+from . import report
 
 SUITE = {
     "kernel": "benchmarks.bench_kernel",
@@ -53,19 +58,7 @@ def _now() -> str:
 
 def _read_sections(path: Path) -> dict[str, str]:
     """The ``## name (...)`` sections of an existing results file (outside code fences)."""
-    if not path.exists():
-        return {}
-    sections: dict[str, list[str]] = {}
-    current, fenced = None, False
-    for line in path.read_text().splitlines(keepends=True):
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and line.startswith("## "):
-            current = line[3:].split(" ", 1)[0]
-            sections[current] = []
-        if current is not None:
-            sections[current].append(line)
-    return {name: "".join(lines) for name, lines in sections.items() if name in SUITE}
+    return {name: s.text for name, s in report.read_sections(path).items() if name in SUITE}
 
 
 def main(argv=None) -> int:
@@ -109,9 +102,13 @@ def main(argv=None) -> int:
         "- every figure is measured in the run shown; ratios are side by side in one run\n\n"
     )
     ordered = [sections[n] for n in SUITE if n in sections]
-    RESULTS.write_text(head + "\n".join(ordered))
+    report.write_text(RESULTS, head + "\n".join(ordered))
     print(f"wrote {RESULTS}")
-    return 0
+    try:
+        return report.main([])
+    except Exception as exc:  # results.md is written; say why the page is not
+        print(f"docs/performance.md not rebuilt: {type(exc).__name__}: {exc}")
+        return 1
 
 
 if __name__ == "__main__":

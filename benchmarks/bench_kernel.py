@@ -2,13 +2,15 @@
 
 make_classification(200_000 x 100, 60 informative, 10 classes), hidden (128, 64), batch 256,
 Adam, one BLAS thread. The three fits run interleaved, ``--repeats`` times, and the ratios
-of the medians are printed. Run: ``python -m benchmarks.bench_kernel``.
+of the medians are printed and charted in ``benchmarks/out/kernel.png``.
+Run: ``python -m benchmarks.bench_kernel``.
 """
 
 from __future__ import annotations
 
 import argparse
 import warnings
+from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import make_classification
@@ -19,12 +21,14 @@ from threadpoolctl import threadpool_limits
 from pipeline.estimator import BPNNClassifier
 
 from ._common import header, timed
+from .report import OUT, pyplot, save_figure, shown
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help="where kernel.png goes")
     args = parser.parse_args(argv)
 
     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -65,7 +69,33 @@ def main(argv=None) -> dict:
     }
     for name, r in ratios.items():
         print(f"throughput ratio BPNNClassifier {name}: {r:.2f}x")
+    print(f"chart: {shown(plot(times, args.rows, args.out / 'kernel.png'))}")
     return ratios
+
+
+def plot(times: dict[str, list[float]], rows: int, path: Path) -> Path:
+    """Samples per second of one epoch per fit: median as a bar, each run as a dot."""
+    plt = pyplot()
+    names = list(times)
+    fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
+    y = np.arange(len(names))
+    medians = [rows / float(np.median(times[n])) for n in names]
+    bars = ax.barh(y, medians, color=["C0"] + ["C7"] * (len(names) - 1), alpha=0.8)
+    ax.bar_label(bars, labels=[f"{m:,.0f} /s" for m in medians], label_type="center", color="white")
+    for i, n in enumerate(names):
+        ax.plot([rows / t for t in times[n]], [i] * len(times[n]), "k.", ms=6)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.1 * max(max(rows / t for t in ts) for ts in times.values()))
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.set_xlabel("training samples per second, one epoch (bar: median, dots: runs)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(
+        "One-epoch training throughput, one process, 1 BLAS thread\n"
+        f"{rows:,} x 100 features, MLP 100-128-64-10, batch 256, Adam",
+        fontsize=10,
+    )
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 
 Two cores: past two workers the processes share cores, so this shows the overhead of
 more workers on a fixed machine rather than speed-up. Prints epoch time and the ratio to
-one worker. Run: ``python -m benchmarks.bench_scaling``.
+one worker, and charts them in ``benchmarks/out/scaling.png``.
+Run: ``python -m benchmarks.bench_scaling``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -21,12 +23,14 @@ from pipeline.estimator import BPNNClassifier
 from pipeline.runlog import read_events, summarize
 
 from ._common import header
+from .report import OUT, pyplot, save_figure, shown
 
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help="where scaling.png goes")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", ConvergenceWarning)
     header("scaling on this machine: 1-4 workers (2 cores)")
@@ -60,9 +64,46 @@ def main(argv=None) -> list[dict]:
     for r in rows:
         print(
             f"{r['workers']:7d} {r['epoch_s']:8.2f} {base / r['epoch_s']:9.2f} "
-            f"{r['efficiency']:11.2f} {r['accuracy']:10.4f}"
+            f"{_num(r['efficiency']):>11s} {r['accuracy']:10.4f}"
         )
+    print(f"chart: {shown(plot(rows, args, args.out / 'scaling.png'))}")
     return rows
+
+
+def _num(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def plot(rows: list[dict], args, path: Path) -> Path:
+    """Epoch time per worker count, and speed-up over one worker with the efficiency."""
+    plt = pyplot()
+    n = [r["workers"] for r in rows]
+    epoch = [r["epoch_s"] for r in rows]
+    speedup = [epoch[0] / t for t in epoch]
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    bars = ax_t.bar(n, epoch, color="C0")
+    ax_t.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax_t.set(xlabel="worker processes", ylabel="seconds per epoch", xticks=n)
+    ax_t.set_title("epoch time", fontsize=10)
+    ax_s.plot(n, speedup, marker="o", label="speed-up over 1 worker")
+    eff = [(k, r["efficiency"]) for k, r in zip(n, rows) if r["efficiency"] is not None]
+    if eff:
+        ax_s.plot(*zip(*eff), marker="s", label="parallel efficiency (run log)")
+    for k, v in zip(n, speedup):
+        ax_s.annotate(
+            f"{v:.2f}", (k, v), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=8
+        )
+    ax_s.set(xlabel="worker processes", xticks=n, ylim=(0, None))
+    ax_s.set_title("speed-up and efficiency", fontsize=10)
+    ax_s.legend(fontsize=8)
+    for ax in (ax_t, ax_s):
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        f"Scaling on this machine ({os.cpu_count()} cores): 1-{n[-1]} equal-speed worker "
+        f"processes, {args.rows:,} rows, {args.epochs} epochs — all on one machine",
+        fontsize=10,
+    )
+    return save_figure(fig, path)
 
 
 if __name__ == "__main__":
