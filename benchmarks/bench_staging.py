@@ -110,7 +110,9 @@ def start_cluster():
 
 def shares(client, n_rows: int) -> dict[str, int]:
     """Rows per worker address in proportion 4:2:1 (workers ordered by name)."""
-    info = client.scheduler_info()["workers"]
+    from pipeline.staging import scheduler_workers
+
+    info = scheduler_workers(client)
     addrs = sorted(info, key=lambda a: str(info[a]["name"]))
     counts = [n_rows * s // sum(SPEEDS) for s in SPEEDS]
     counts[0] += n_rows - sum(counts)
@@ -127,7 +129,7 @@ def run_case(case: str, data: Path, parquet_dir: Path) -> dict:
     import numpy as np
     from distributed import Client
 
-    from pipeline.staging import stage
+    from pipeline.staging import scheduler_workers, stage
 
     cluster, helper = start_cluster()
     with cluster, Client(cluster) as client:
@@ -156,7 +158,7 @@ def run_case(case: str, data: Path, parquet_dir: Path) -> dict:
             peak = max(peak, maxrss_after)
         assert staged.n_rows == n_rows and staged.counts == counts
         worker_rss = client.run(_worker_rss)
-        names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+        names = {a: w["name"] for a, w in scheduler_workers(client).items()}
         return {
             "case": case,
             "cluster": helper or "LocalCluster",

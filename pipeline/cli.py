@@ -342,6 +342,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     from .partition import apportion
     from .scoring import score_workers
+    from .staging import scheduler_workers
 
     n_features = 40 if args.features is None else args.features
     layers = (n_features, *args.hidden, args.classes)
@@ -353,7 +354,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         scores = score_workers(client, layers, seconds=args.seconds)
         took = time.perf_counter() - start
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = scheduler_workers(client)
     shares = apportion(args.rows, scores)
     rows = [
         {

@@ -431,9 +431,10 @@ def probe_workers(
     """
     from distributed import wait
 
+    from pipeline.staging import scheduler_workers
     from pipeline.worker_tasks import probe_task
 
-    addresses = list(workers) if workers is not None else list(client.scheduler_info()["workers"])
+    addresses = list(workers) if workers is not None else sorted(scheduler_workers(client))
     if not addresses:
         raise ValueError("the cluster has no workers to score")
     max_rows = None

@@ -535,12 +535,33 @@ class StagedData:
         self.counts = {}
 
 
+def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
+    """The scheduler's current workers, by address, asked fresh.
+
+    Not ``client.scheduler_info()``: it returns the client's cached identity, which the
+    client's own periodic refresh overwrites with an identity that lists no workers.
+    When that refresh lands between the fresh fetch and the return, the cluster looks
+    empty (seen here: a re-balance failed with "the cluster has []"; a staging wait
+    could have taken every worker for lost).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client; objects without ``sync`` and ``scheduler`` (test doubles)
+        fall back to ``scheduler_info()``.
+
+    Returns
+    -------
+    workers : dict of str to dict
+        Worker address to the scheduler's information on it (name, nthreads, memory...).
+    """
+    if hasattr(client, "sync") and hasattr(client, "scheduler"):
+        return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    return dict(client.scheduler_info()["workers"])
+
+
 def _cluster_workers(client: Client) -> list[str]:
-    try:
-        info = client.scheduler_info(n_workers=-1)
-    except TypeError:  # distributed before 2025 has no n_workers and returns all
-        info = client.scheduler_info()
-    return sorted(info["workers"])
+    return sorted(scheduler_workers(client))
 
 
 def equal_counts(n_rows: int, workers: Sequence[str]) -> dict[str, int]:
@@ -606,7 +627,7 @@ def _wait_ok(futures: Iterable[Future], poll_s: float = 0.5) -> None:
     if not futures:
         return
     client = futures[0].client
-    present = set(client.scheduler_info(n_workers=-1)["workers"])
+    present = set(scheduler_workers(client))
     pending = futures
     while pending:
         try:
@@ -616,7 +637,7 @@ def _wait_ok(futures: Iterable[Future], poll_s: float = 0.5) -> None:
         except Exception:  # cancelled futures: reported below
             pending = [f for f in pending if f.status == "pending"]
         if pending:
-            gone = present - set(client.scheduler_info(n_workers=-1)["workers"])
+            gone = present - set(scheduler_workers(client))
             if gone:
                 raise WorkerLostError(
                     f"worker {', '.join(sorted(gone))} left the cluster during staging"

@@ -286,7 +286,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = staging.scheduler_workers(self.client)
         if not workers:
             raise TrainingError("the cluster has no workers")
         return workers
@@ -498,10 +498,9 @@ class Trainer:
                 t_pilot = time.perf_counter() - t_pilot
                 # The warm-started model is the fit's model from now until round one ends:
                 # scored like a round's, so the accuracy curve starts where training does.
-                pilot_score = None
-                if evaluate is not None:
-                    pilot_score = float(evaluate())
-                    self._last_eval = time.perf_counter()
+                # Not counted by eval_interval_s: it would skip round one's score when that
+                # round is short (a ramp round), and round one is where the curve moves most.
+                pilot_score = None if evaluate is None else float(evaluate())
                 if self.log is not None:
                     self.log.warm_start(len(sample), cfg.warm_start_epochs, t_pilot, pilot_score)
             rounds_per_epoch = (
@@ -818,7 +817,7 @@ class Trainer:
         raise AssertionError("unreachable")
 
     def _live(self) -> set[str]:
-        return set(self.client.scheduler_info(n_workers=-1)["workers"])
+        return set(staging.scheduler_workers(self.client))
 
     def _gone(self, addresses: set[str], grace_s: float = 0.0) -> set[str]:
         """Which of ``addresses`` left the cluster, giving the scheduler ``grace_s`` to notice."""
@@ -891,7 +890,7 @@ class Trainer:
 
     def _join(self, joined: set[str]) -> None:
         """Probe workers that joined, give them a score; rows follow at the next re-balance."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        info = staging.scheduler_workers(self.client)
         self._register({a: info[a] for a in joined if a in info})
         speeds = scoring.score_workers(
             self.client,

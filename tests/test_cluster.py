@@ -12,6 +12,7 @@ from distributed import Client
 from threadpoolctl import threadpool_info
 
 from pipeline.cluster import EmulatedLocalCluster, connect, local_cluster
+from pipeline.staging import scheduler_workers
 from pipeline.worker_tasks import (
     ThrottleRecord,
     current_slowdown,
@@ -37,7 +38,7 @@ def emulated():
 
 
 def _by_name(client: Client) -> dict[str, str]:
-    return {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+    return {w["name"]: a for a, w in scheduler_workers(client).items()}
 
 
 # ----------------------------------------------------------------- validation, no cluster
@@ -111,7 +112,7 @@ def test_probe_task_accepts_sample_rows_and_checks_them():
 def test_local_cluster_starts_neutrally_named_single_thread_workers(emulated):
     cluster, client = emulated
     assert isinstance(cluster, EmulatedLocalCluster)
-    workers = client.scheduler_info()["workers"].values()
+    workers = scheduler_workers(client).values()
     assert sorted(w["name"] for w in workers) == ["worker-0", "worker-1", "worker-2"]
     assert [w["nthreads"] for w in workers] == [1, 1, 1]
     # One process per worker, none of them the test process.
@@ -183,7 +184,7 @@ def test_connect_accepts_client_cluster_address_and_none(emulated):
     with connect(cluster) as c2:
         assert c2.scheduler.address == cluster.scheduler_address
     with connect(cluster.scheduler_address) as c3:
-        assert len(c3.scheduler_info()["workers"]) == 3
+        assert len(scheduler_workers(c3)) == 3
     assert connect(None) is Client.current()
     with pytest.raises(TypeError, match="target"):
         connect(42)
@@ -192,7 +193,7 @@ def test_connect_accepts_client_cluster_address_and_none(emulated):
 @pytest.mark.timeout(60)
 def test_local_cluster_threads_and_clean_close():
     with local_cluster((1,), threads_per_worker=2) as cluster, Client(cluster) as client:
-        (worker,) = client.scheduler_info()["workers"].values()
+        (worker,) = scheduler_workers(client).values()
         assert worker["name"] == "worker-0" and worker["nthreads"] == 2
         assert cluster.emulation.slowdowns == {"worker-0": 1.0}
         pid = next(iter(client.run(os.getpid).values()))

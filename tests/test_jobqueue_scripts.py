@@ -28,6 +28,7 @@ from pipeline.pools import (
     pool_of,
     start_pools,
 )
+from pipeline.staging import scheduler_workers
 
 pytest.importorskip("dask_jobqueue")  # the [jobqueue] extra; CI installs it
 
@@ -349,7 +350,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
     with start_pools("local", pools, timeout=60, interface="lo") as cluster:
         with Client(cluster) as client:
             assert cluster.last_scale_s is not None and cluster.last_scale_s < 60
-            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+            workers = scheduler_workers(client).values()
             by_name = {w["name"]: w for w in workers}
             assert sorted(by_name) == ["big-0-0", "big-0-1", "small-0"]
             assert by_name["small-0"]["resources"] == {"pool-small": 1, "ssd": 1}
@@ -361,7 +362,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
             future = client.submit(lambda: 1, resources={"pool-small": 1}, pure=False)
             assert future.result() == 1
             assert client.who_has(future)[future.key] == (
-                next(a for a, w in client.scheduler_info()["workers"].items()
+                next(a for a, w in scheduler_workers(client).items()
                      if w["name"] == "small-0"),
             )  # fmt: skip
             assert "--name small-0" in cluster.job_script("small")
@@ -430,6 +431,6 @@ def test_local_pools_file_through_client_from_args(tmp_path):
     args = parser.parse_args(["--cluster-config", str(path)])
     stack, client, label = client_from_args(args)
     with stack:
-        names = sorted(w["name"] for w in client.scheduler_info()["workers"].values())
+        names = sorted(w["name"] for w in scheduler_workers(client).values())
         assert names == ["one-0", "two-0"]
     assert re.match(r"local pools: one: .*; two: .*; 2 workers connected in [\d.]+ s", label)

@@ -19,6 +19,7 @@ from sklearn.datasets import make_classification
 from pipeline.cluster import local_cluster
 from pipeline.nn import MLP
 from pipeline.runlog import read_events
+from pipeline.staging import scheduler_workers
 from pipeline.trainer import Trainer, TrainerConfig
 from pipeline.worker_tasks import get_slowdowns, set_slowdown
 
@@ -67,7 +68,7 @@ def _data(n: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _address_of(client: Client, name: str) -> str:
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = scheduler_workers(client)
     return next(a for a, w in info.items() if w["name"] == name)
 
 

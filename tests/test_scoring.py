@@ -14,6 +14,7 @@ import pytest
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
 from pipeline import worker_tasks
 from pipeline.scoring import OnlineScorer, ProbeResult, probe_workers, score_workers
+from pipeline.staging import scheduler_workers
 from pipeline.worker_tasks import chunk_speed, probe_task
 
 LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape
@@ -273,7 +274,7 @@ def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
     the online scorer refines it from the first round on.
     """
     _, client = emulated
-    names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+    names = {a: w["name"] for a, w in scheduler_workers(client).items()}
     ratios, orders, attempts = [], [], []
     for _ in range(3):
         result, foreign = _foreign_cores(client, lambda: probe_workers(client, LAYERS, seconds=2.0))
@@ -321,7 +322,7 @@ def test_adaptive_probe_stops_early_on_steady_workers(emulated):
 @pytest.mark.timeout(90)
 def test_probe_rows_are_capped_by_a_fraction_of_an_epoch(emulated):
     _, client = emulated
-    n_workers = len(client.scheduler_info()["workers"])
+    n_workers = len(scheduler_workers(client))
     # Budget above the minimum (min_seconds=0, 8 chunks of 16 batches of 32 rows): binding.
     n_total = 1_200_000
     result = probe_workers(
@@ -349,7 +350,7 @@ def test_probe_rows_are_capped_by_a_fraction_of_an_epoch(emulated):
 @pytest.mark.timeout(60)
 def test_score_workers_with_sample_rows_on_chosen_workers(emulated):
     _, client = emulated
-    addresses = sorted(client.scheduler_info()["workers"])[:2]
+    addresses = sorted(scheduler_workers(client))[:2]
     rng = np.random.RandomState(0)
     X = rng.standard_normal((300, 5))
     Y = np.eye(3, dtype=np.float32)[rng.randint(3, size=300)]

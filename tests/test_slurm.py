@@ -27,6 +27,7 @@ from pipeline.estimator import BPNNClassifier
 from pipeline.pools import PoolSpec, start_pools
 from pipeline.runlog import read_events, summarize
 from pipeline.scoring import score_workers
+from pipeline.staging import scheduler_workers
 from pipeline.trainer import TrainingError
 
 # Short fits on purpose: max_iter is reached long before convergence.
@@ -114,7 +115,7 @@ def test_two_pools_on_slurm_train_with_rows_following_scores(slurm_up, tmp_path)
         assert "--cpus-per-task=1" in cluster.job_script("small")
         assert "--cpus-per-task=2" in cluster.job_script("big")
         assert set(job_ids.values()) <= _squeue_ids()
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = scheduler_workers(client)
         by_name = {w["name"]: w for w in info.values()}
         assert sorted(by_name) == ["big-0", "small-0"]
         assert by_name["small-0"]["nthreads"] == 1 and by_name["big-0"]["nthreads"] == 2

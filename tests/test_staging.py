@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import staging
-from pipeline.staging import Shard, StagedData, equal_counts, rebalance, stage
+from pipeline.staging import (
+    Shard,
+    StagedData,
+    equal_counts,
+    rebalance,
+    scheduler_workers,
+    stage,
+)
 
 N, F = 3000, 5
 CLASS_P = (0.5, 0.3, 0.2)
@@ -49,7 +56,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def workers(client):
-    return sorted(client.scheduler_info()["workers"])
+    return sorted(scheduler_workers(client))
 
 
 @pytest.fixture(scope="module")

@@ -219,6 +219,7 @@ def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path
     ]
     assert len(epoch_ends) == 3
     assert all(e["val_score"] is not None for e in epoch_ends)  # always scored
+    assert rounds[0]["val_score"] is not None  # the warm start's score does not skip it
     # The curve starts with the warm-started model, scored before round one.
     (warm,) = [e for e in events if e["event"] == "warm_start"]
     assert warm["val_score"] is not None and warm["rows"] > 0
