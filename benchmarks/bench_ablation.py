@@ -158,7 +158,8 @@ def report(job_name: str, job: Job, results: dict, repeats: int) -> None:
     Time to target is the mean over the repeats (``never`` if any repeat missed it); a
     mechanism "helps" when switching it off costs more than 10 % in time to target or
     half a point of final accuracy, or, for proportional partitioning, whose job it is,
-    5 points of the fastest worker's idle time.
+    5 points of the fastest worker's idle time; the run is "better without it" when
+    switching it off gains as much (and costs nothing by those measures).
     """
     full = results["full HMDSPT"]
     target = full["final"] - 0.01
@@ -183,11 +184,16 @@ def report(job_name: str, job: Job, results: dict, repeats: int) -> None:
             slower = t is None or t > 1.10 * full_t
             worse = r["final"] < full["final"] - 0.005
             idler = "partitioning" in name and (r["idle"] or 0) > (full["idle"] or 0) + 0.05
+            faster = t is not None and t < full_t / 1.10
+            better = r["final"] > full["final"] + 0.005
             if slower or worse or idler:
                 what = [
                     w for w, on in (("time", slower), ("accuracy", worse), ("idle", idler)) if on
                 ]
                 verdict = f"  (the mechanism helps: {', '.join(what)})"
+            elif faster or better:
+                what = [w for w, on in (("time", faster), ("accuracy", better)) if on]
+                verdict = f"  (better without it here: {', '.join(what)})"
             else:
                 verdict = "  (no measurable contribution here)"
         print(
