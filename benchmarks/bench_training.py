@@ -146,11 +146,12 @@ def compare_on(
             clf = BPNNClassifier(client=client, rounds_per_epoch=rounds_per_epoch, **params)
             finals.append(clf.fit(X, y).score(X_test, y_test))
         ref = by["bpnn-in-process"].final_accuracy
-        mean = float(np.mean(finals))
+        mean, std = float(np.mean(finals)), float(np.std(finals, ddof=1))
         print(
             f"  hmdspt final accuracy over {accuracy_runs} runs (same seed, runs differ by "
-            f"timing): {', '.join(f'{a:.4f}' for a in finals)}; mean {mean:.4f} vs "
-            f"in-process {ref:.4f} ({100 * (mean - ref):+.2f} points; target within 1)"
+            f"timing): {', '.join(f'{a:.4f}' for a in finals)}; mean {mean:.4f} "
+            f"(sd {std:.4f}) vs in-process {ref:.4f} ({100 * (mean - ref):+.2f} points; "
+            "target within 1)"
         )
     return lines, target
 
@@ -270,7 +271,11 @@ def main(argv=None) -> None:
             har_params = dict(
                 hidden_layer_sizes=(256, 128), max_iter=3 * epochs, batch_size=128, random_state=0
             )
-            _, har_target = compare_on(client, "har-windows", har, har_params, box, 1, OUT)
+            # HAR's test subjects are not the training subjects: a run's final accuracy
+            # scatters by about a point, so HMDSPT's is averaged over 5 runs.
+            _, har_target = compare_on(
+                client, "har-windows", har, har_params, box, 1, OUT, accuracy_runs=5
+            )
             comm_jobs["har-windows"] = (har, har_params, har_target, 1)
         communication(client, comm_jobs, OUT)
 
