@@ -4,7 +4,8 @@ Heterogeneity is EMULATED on one machine (``local_cluster(speeds=...)``). For ev
 same HMDSPT fit (300,000 synthetic rows x 40 features, MLP 40-256-128-10, 3 epochs of one
 round, after an untimed warm-up fit) runs twice on one cluster, with ``partition="equal"``
 and ``"proportional"``; the run logs give the fastest worker's idle fraction and the
-parallel efficiency over all rounds (the first epoch's short ramp rounds included). Writes the numbers to ``benchmarks/out/idle.json`` (the headline figure of
+parallel efficiency over all rounds (the first epoch's short ramp rounds included).
+Writes the numbers to ``benchmarks/out/idle.json`` (the headline figure of
 docs/performance.md is drawn from it) and a chart to ``benchmarks/out/idle.png``.
 Run: ``python -m benchmarks.bench_idle``.
 """
