@@ -710,7 +710,11 @@ def _run_events(events: Sequence[Mapping[str, Any]], run_id: str | None) -> list
 
 
 def _curves(events: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """Validation scores and training losses against seconds since the run's start."""
+    """Validation scores and training losses against seconds since the run's start.
+
+    The validation curve includes the warm-start score (``warm_start`` event) when there is
+    one; the loss curve is the rounds' only.
+    """
     t0 = math.nan
     for e in events:
         if e.get("event") == "run_start":
@@ -720,7 +724,9 @@ def _curves(events: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
         t0 = _num(events[0].get("time"))
     out: dict[str, list] = {"val_t": [], "val": [], "loss_t": [], "loss": []}
     for e in events:
-        if e.get("event") != "round":
+        # The warm-started model's score (before round one) starts the validation curve,
+        # as it starts the estimator's ``eval_curve_``; it has no training loss.
+        if e.get("event") not in ("round", "warm_start"):
             continue
         t = _num(e.get("time")) - t0
         for key, field in (("val", "val_score"), ("loss", "loss")):

@@ -130,7 +130,7 @@ def test_moves_as_lists_and_null_validation_scores(real_logs, tmp_path):
                 ["worker-1", "worker-0", 7]  # one move at least, in list form
             ]
             e["rows_moved"] = sum(m[2] for m in e["moves"])
-        if e["event"] == "round":
+        if e["event"] in ("round", "warm_start"):
             e["val_score"] = None
         lines.append(json.dumps(e))
     path = tmp_path / "lists.jsonl"
@@ -168,6 +168,13 @@ def test_comparison_of_two_real_runs(real_logs, tmp_path):
         assert len(r["loss"]) == 9 and r["final_loss"] == pytest.approx(r["loss"][-1])
         if r["best_val_score"] is not None:  # both runs score on the same held-out split
             assert res["target"] is not None and len(r["val"]) == len(r["val_t"])
+    # The validation curve starts with the warm-started model's score, before round one.
+    events = _events(folder / "hmdspt.jsonl")
+    (warm,) = [e for e in events if e["event"] == "warm_start"]
+    assert warm["val_score"] is not None  # the fit holds out a validation split
+    first_round = next(e for e in events if e["event"] == "round")
+    assert a["val"][0] == pytest.approx(warm["val_score"])
+    assert a["val_t"][0] < first_round["time"] - events[0]["time"]
     # The Compare tab defaults to the newest run against the other partition.
     mon = Monitor(path=str(folder), live=False)
     cmp_ = mon.comparison
