@@ -69,3 +69,13 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn(*args, **kwargs)
     return time.perf_counter() - start, result
+
+
+def pct(value: float | None) -> str:
+    """A fraction as a percentage with one decimal, ``n/a`` when missing."""
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def num(value: float | None) -> str:
+    """A number with two decimals, ``n/a`` when missing."""
+    return "n/a" if value is None else f"{value:.2f}"

@@ -29,7 +29,7 @@ from pipeline.nn import MLP
 from pipeline.runlog import read_events, summarize
 from pipeline.trainer import Trainer, TrainerConfig
 
-from ._common import header
+from ._common import header, num, pct
 from .bench_training import load_har, load_kdd
 from .report import OUT, pyplot, save_figure, shown
 
@@ -198,17 +198,9 @@ def report(job_name: str, job: Job, results: dict, repeats: int) -> None:
                 verdict = "  (no measurable contribution here)"
         print(
             f"{name:30s} {(f'{t:.1f}' if t is not None else 'never'):>12s} "
-            f"{r['final']:10.4f} {_pct(r['idle']):>15s} {_num(r['efficiency']):>11s} "
+            f"{r['final']:10.4f} {pct(r['idle']):>15s} {num(r['efficiency']):>11s} "
             f"{r['bytes']:19,.0f}{verdict}"
         )
-
-
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}"
-
-
-def _num(v) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
 
 
 def plot(all_results: dict, path: Path) -> Path:
@@ -247,7 +239,7 @@ def plot(all_results: dict, path: Path) -> Path:
         ax_t.set_title(f"{job_name}: time to target", fontsize=10)
         idle = [results[n]["idle"] for n in names]
         bars = ax_idle.barh(y, [0.0 if v is None else 100 * v for v in idle], color=colors)
-        ax_idle.bar_label(bars, labels=[_pct(v) for v in idle], padding=3, fontsize=8)
+        ax_idle.bar_label(bars, labels=[pct(v) for v in idle], padding=3, fontsize=8)
         ax_idle.set(xlabel="fastest worker idle, % of round time", xlim=(0, 100))
         ax_idle.set_title(f"{job_name}: idle time of the fastest worker", fontsize=10)
         for ax in (ax_t, ax_idle):

@@ -28,7 +28,7 @@ from pipeline.cluster import local_cluster
 from pipeline.estimator import BPNNClassifier
 from pipeline.runlog import read_events, summarize
 
-from ._common import header
+from ._common import header, num, pct
 from .report import OUT, grouped_bars, pyplot, save_figure, shown, write_json
 
 MIXES = ((1, 1, 1), (2, 1, 1), (4, 2, 1), (8, 2, 1))
@@ -79,7 +79,7 @@ def main(argv=None) -> list[dict]:
                     rows.append(row)
                     print(
                         f"{row['speeds']:>9s} {partition:>13s} "
-                        f"{_pct(row['fastest_idle']):>15s} {_num(row['efficiency']):>11s} "
+                        f"{pct(row['fastest_idle']):>15s} {num(row['efficiency']):>11s} "
                         f"{row['wall']:15.2f}"
                     )
     data = {
@@ -98,14 +98,6 @@ def main(argv=None) -> list[dict]:
     print(f"data: {shown(write_json(args.out / 'idle.json', data))}")
     print(f"chart: {shown(plot(data, args.out / 'idle.png'))}")
     return rows
-
-
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}"
-
-
-def _num(v) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
 
 
 def plot(data: dict, path: Path) -> Path:

@@ -24,7 +24,7 @@ from pipeline.cluster import local_cluster
 from pipeline.estimator import BPNNClassifier
 from pipeline.runlog import read_events, summarize
 
-from ._common import header
+from ._common import header, num
 from .report import OUT, pyplot, save_figure, shown
 
 
@@ -71,14 +71,10 @@ def main(argv=None) -> list[dict]:
     for r in rows:
         print(
             f"{r['workers']:7d} {r['epoch_s']:8.2f} {base / r['epoch_s']:9.2f} "
-            f"{_num(r['efficiency']):>11s} {r['accuracy']:10.4f}"
+            f"{num(r['efficiency']):>11s} {r['accuracy']:10.4f}"
         )
     print(f"chart: {shown(plot(rows, args, args.out / 'scaling.png'))}")
     return rows
-
-
-def _num(v) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
 
 
 def plot(rows: list[dict], args, path: Path) -> Path:

@@ -53,7 +53,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -64,6 +63,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import busy_cpu_seconds, header, own_cpu_seconds  # noqa: E402
+from benchmarks.report import pyplot, save_figure  # noqa: E402
 from pipeline.runlog import read_events  # noqa: E402
 from pipeline.simulate import (  # noqa: E402
     DEFAULT_PARAMS_BYTES,
@@ -472,36 +472,9 @@ def merge_limit() -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # plots
 # ---------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    """Write the PNG next to its final name, then move it into place (never half a file)."""
-    plt = _pyplot()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return path
-
-
 def plot_validation(results: list[dict], path: Path) -> Path:
     """Measured vs predicted round time and per-worker idle fraction, one row per run."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(
         len(results),
         2,
@@ -550,12 +523,12 @@ def plot_validation(results: list[dict], path: Path) -> Path:
         "vs simulated (predicted)",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_scaling(records: list[dict], path: Path) -> Path:
     """Fastest worker's idle fraction and parallel efficiency vs n (log x)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_i, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     styles = {"equal": "--", "proportional": "-"}
     marks = {"flat": "o", "tree": "s"}
@@ -585,12 +558,12 @@ def plot_scaling(records: list[dict], path: Path) -> Path:
         "~1 s of compute per worker",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_driver(records: list[dict], path: Path) -> Path:
     """The driver's share of a round vs n, flat vs tree merge."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     for merge, mk in (("flat", "o"), ("tree", "s")):
         rs = [r for r in records if r["merge"] == merge]
@@ -609,7 +582,7 @@ def plot_driver(records: list[dict], path: Path) -> Path:
         "Driver share of a 1 s round, simulated (equal speeds, default network model)",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

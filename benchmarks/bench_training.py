@@ -31,6 +31,7 @@ from pipeline.estimator import BPNNClassifier
 from pipeline.runlog import read_events
 
 from ._common import dataset_path, header
+from .report import pyplot, save_figure
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -212,11 +213,7 @@ def communication(client, jobs: dict, out_dir: Path) -> list[str]:
 
 
 def _plot_communication(curves: dict, jobs: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(6.0 * len(curves), 3.8), squeeze=False)
     for ax, (name, by_method) in zip(axes[0], curves.items()):
         for method, points in by_method.items():
@@ -232,11 +229,7 @@ def _plot_communication(curves: dict, jobs: dict, path: Path) -> Path:
         "Compression — local_cluster(4,2,1), heterogeneity emulated on one machine", fontsize=9
     )
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv=None) -> None:
