@@ -505,26 +505,20 @@ def score_workers(
     layer_sizes: Sequence[int],
     seconds: float | None = None,
     batch_size: int = 256,
-    *,
-    min_seconds: float = 0.1,
-    max_seconds: float = 2.0,
-    rel_tol: float = 0.05,
-    n_rows_total: int | None = None,
-    max_fraction: float = 0.05,
-    estimator: str = "trimmed",
-    X: Any = None,
-    Y: Any = None,
-    seed: int = 0,
-    hidden_activation: str = "relu",
-    out_activation: str = "softmax",
-    workers: Iterable[str] | None = None,
-    timeout: float | None = None,
+    **options: Any,
 ) -> dict[str, float]:
     """Probe every worker at once with real training steps; samples per second of each.
 
-    :func:`probe_workers` without the details: see it for the parameters, the adaptive
-    probe and its costs. The probe's duration is logged (logger ``pipeline.scoring``,
-    level INFO).
+    :func:`probe_workers` without the details. The probe's duration is logged (logger
+    ``pipeline.scoring``, level INFO).
+
+    Parameters
+    ----------
+    client, layer_sizes, seconds, batch_size
+        As in :func:`probe_workers`.
+    **options
+        The keyword-only parameters of :func:`probe_workers` (the adaptive probe's
+        bounds, sample rows, activations, workers, timeout).
 
     Returns
     -------
@@ -537,24 +531,6 @@ def score_workers(
     model replica per worker. Fold the result into an :class:`OnlineScorer` with
     :meth:`OnlineScorer.update_speed` as each worker's first measurement.
     """
-    result = probe_workers(
-        client,
-        layer_sizes,
-        seconds,
-        batch_size,
-        min_seconds=min_seconds,
-        max_seconds=max_seconds,
-        rel_tol=rel_tol,
-        n_rows_total=n_rows_total,
-        max_fraction=max_fraction,
-        estimator=estimator,
-        X=X,
-        Y=Y,
-        seed=seed,
-        hidden_activation=hidden_activation,
-        out_activation=out_activation,
-        workers=workers,
-        timeout=timeout,
-    )
+    result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
     logger.info(result.summary())
     return result.speeds
