@@ -58,7 +58,7 @@ EVENT_TYPES = (
     "checkpoint",
     "run_end",
 )
-SCORE_SOURCES = ("probe", "online")
+SCORE_SOURCES = ("probe", "online", "remembered")
 
 _RESERVED = ("event", "run_id", "time")
 _ROUND_WORKER_REQUIRED = ("rows", "steps", "busy_s", "comm_s")
@@ -301,8 +301,9 @@ class RunLogWriter:
             Worker name.
         score : float
             Rows per second.
-        source : {"probe", "online"}
-            A dedicated probe task, or the timings of a training round.
+        source : {"probe", "online", "remembered"}
+            A dedicated probe task, the timings of a training round, or the speed a
+            worker remembered from an earlier fit of the same model shape.
         uncertainty : float, optional
             Standard error of the score, in rows per second.
         """

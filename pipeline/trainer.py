@@ -39,7 +39,7 @@ from . import merge, partition, scoring, staging
 from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
 from .nn import MLP, make_optimizer, minibatch_pass
 from .runlog import RunLogWriter, new_run_id, read_events, summarize
-from .worker_tasks import RoundSpec, drop_run_state, round_task
+from .worker_tasks import RoundSpec, drop_run_state, remembered_speed, round_task, speed_key
 
 SYNC_MODES = ("hmdspt", "local", "bsp")
 PARTITION_MODES = ("proportional", "equal")
@@ -76,13 +76,25 @@ class TrainerConfig:
     warm_start_rows, warm_start_epochs : int
         Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
     ramp_rounds : int
-        ``sync="hmdspt"``, a fresh fit: the first epoch starts with this many short
-        rounds, each twice the rows of the one before, the first ``1 / 2**ramp_rounds``
-        of a regular round (see :func:`round_schedule`); 0 turns the ramp off.
+        ``sync="hmdspt"``, a fresh fit: the first epoch starts with at most this many
+        short rounds, each twice the rows of the one before (see :func:`round_schedule`);
+        0 turns the ramp off. How many: see ``ramp_first_round_s``.
+    ramp_first_round_s : float
+        Predicted compute seconds of the ramp's first round: the ramp has the fewest
+        rounds that bring its first round below this (none when a regular round already
+        is). About the ~40 ms synchronisation cost of a round (DESIGN): a shorter first
+        round would be mostly overhead. The prediction uses the measured speeds (probe
+        or memory); equal shares, which are not probed, use the warm-start pilot's speed
+        on the driver; without either, the ramp has ``ramp_rounds`` rounds.
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
         (capped by the data set's size, see :func:`pipeline.scoring.score_workers`); a
         number: a fixed probe of that many seconds.
+    reuse_speeds_s : float
+        ``partition="proportional"``: when every worker remembers its speed from a fit
+        of the same model shape whose last round ended at most this many seconds ago
+        (:func:`pipeline.worker_tasks.remembered_speed`), those speeds replace the probe;
+        0 always probes.
     rebalance_threshold : float
         Re-balance only when the predicted round time improves by more than this
         fraction (hysteresis).
@@ -129,8 +141,10 @@ class TrainerConfig:
     topk: float = 0.1
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
-    ramp_rounds: int = 3
+    ramp_rounds: int = 5
+    ramp_first_round_s: float = 0.05
     probe_seconds: float | None = None
+    reuse_speeds_s: float = 600.0
     rebalance_threshold: float = 0.05
     min_rows: int = 1
     seed: int = 0
@@ -158,10 +172,32 @@ class TrainerConfig:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
         if self.ramp_rounds < 0:
             raise ValueError(f"ramp_rounds must be >= 0, got {self.ramp_rounds}")
+        if not self.ramp_first_round_s > 0:
+            raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
+        if not self.reuse_speeds_s >= 0:
+            raise ValueError(f"reuse_speeds_s must be >= 0, got {self.reuse_speeds_s}")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
+
+
+def ramp_length(round_s: float, first_round_s: float, max_rounds: int) -> int:
+    """Fewest ramp rounds (at most ``max_rounds``) whose first is at most ``first_round_s``.
+
+    The ramp's first round holds ``1 / 2**k`` of a regular round of ``round_s`` seconds.
+
+    >>> ramp_length(1.3, 0.05, 5), ramp_length(0.3, 0.05, 5), ramp_length(0.04, 0.05, 5)
+    (5, 3, 0)
+    """
+    if not (round_s >= 0 and first_round_s > 0 and max_rounds >= 0):
+        raise ValueError(
+            f"need round_s >= 0, first_round_s > 0 and max_rounds >= 0, got {round_s}, "
+            f"{first_round_s}, {max_rounds}"
+        )
+    if round_s <= first_round_s:
+        return 0
+    return min(max_rounds, math.ceil(math.log2(round_s / first_round_s)))
 
 
 def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
@@ -267,6 +303,7 @@ class Trainer:
             n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
         )
         self.staged: staging.StagedData | None = None
+        self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         self.log: RunLogWriter | None = None
         self.round_index = 0
         self.history: list[RoundRecord] = []
@@ -329,6 +366,20 @@ class Trainer:
                     restored=True,
                 )
             return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+        remembered = self._remembered_speeds(addresses)
+        if remembered is not None:
+            for addr, memory in remembered.items():
+                self.scorer.update_speed(addr, memory["speed"])
+                self._log(
+                    "score",
+                    round=0,
+                    worker=self._names[addr],
+                    score=memory["speed"],
+                    source="remembered",
+                    age_s=memory["age_s"],
+                    from_run_id=memory["run_id"],
+                )
+            return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
         probe = scoring.score_workers(
             self.client,
             self.model.layer_sizes,
@@ -343,6 +394,43 @@ class Trainer:
             self.scorer.update_speed(addr, speed)
             self._log("score", round=0, worker=self._names[addr], score=speed, source="probe")
         return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+
+    def _remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
+        """Every worker's remembered speed for this model shape, or None (then probe)."""
+        if not self.config.reuse_speeds_s:
+            return None
+        key = speed_key(
+            self.model.layer_sizes,
+            self.batch_size,
+            self.model.dtype,
+            self.model.hidden_activation,
+            self.model.out_activation,
+        )
+        try:
+            memories = self.client.run(
+                remembered_speed, key, self.config.reuse_speeds_s, workers=addresses
+            )
+        except (OSError, TimeoutError, KeyError, ValueError):
+            return None  # a worker left while asked: the probe will find out who is there
+        if set(memories) != set(addresses) or any(m is None for m in memories.values()):
+            # One unmeasured worker means probing all: probed alone, without the others'
+            # contention, it would look faster than it trains.
+            return None
+        return memories
+
+    def _ramp_rounds(self, rounds_per_epoch: int) -> int:
+        """How many ramp rounds open the first epoch (``ramp_first_round_s``)."""
+        cfg = self.config
+        counts = {a: n for a, n in self.staged.counts.items() if n}
+        if counts and all(self.scorer.is_measured(a) for a in counts):
+            speeds = {a: self.scorer.score(a) for a in counts}
+        elif counts and self._pilot_speed:
+            # Equal shares are not probed: the pilot's speed on the driver stands in.
+            speeds = {a: self._pilot_speed for a in counts}
+        else:
+            return cfg.ramp_rounds
+        round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
+        return ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds)
 
     def _pilot_fit(self, X_pilot: np.ndarray, Y_pilot: np.ndarray) -> None:
         """Warm start: a short in-process fit on a small sample, before round one."""
@@ -496,6 +584,7 @@ class Trainer:
                     np.ascontiguousarray(Y[np.sort(sample)], dtype=self.model.dtype),
                 )
                 t_pilot = time.perf_counter() - t_pilot
+                self._pilot_speed = len(sample) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
                 # The warm-started model is the fit's model from now until round one ends:
                 # scored like a round's, so the accuracy curve starts where training does.
                 # Not counted by eval_interval_s: it would skip round one's score when that
@@ -506,13 +595,17 @@ class Trainer:
             rounds_per_epoch = (
                 math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
             )
-            ramp = cfg.sync == "hmdspt" and self.resumed_from is None
+            ramp_rounds = (
+                self._ramp_rounds(rounds_per_epoch)
+                if cfg.sync == "hmdspt" and self.resumed_from is None
+                else 0
+            )
             for epoch in range(start_epoch, max_epochs + 1):
                 self._epoch = epoch
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 schedule = round_schedule(
-                    rounds_per_epoch, cfg.ramp_rounds if ramp and epoch == start_epoch else 0
+                    rounds_per_epoch, ramp_rounds if epoch == start_epoch else 0
                 )
                 for r, rounds_left in enumerate(schedule):
                     out_of_time = self._out_of_time()

@@ -1,4 +1,4 @@
-"""Code that runs on a Dask worker: the speed-emulation throttle and the speed probe.
+"""Code that runs on a Dask worker: the emulation throttle, the probe, the round, speed memory.
 
 This module is imported by the workers, so task functions defined here are pickled by
 reference (a module path), never by value; defining them in ``__main__`` would ship their
@@ -45,7 +45,10 @@ __all__ = [
     "get_slowdowns",
     "PROBE_ESTIMATORS",
     "chunk_speed",
+    "forget_speeds",
     "probe_task",
+    "remembered_speed",
+    "speed_key",
     "set_slowdown",
     "throttled",
 ]
@@ -560,12 +563,109 @@ def probe_task(
 
 
 # ----------------------------------------------------------------------------------
+# Speed memory: what a worker measured in its latest fit of a model shape
+# ----------------------------------------------------------------------------------
+# A probe costs a few tenths of a second before a fit's first round, whatever the fit
+# (its floor is a task round trip plus enough timed chunks on the slowest worker). A
+# worker that trained the same model shape minutes ago has measured its speed already,
+# over whole rounds of real rows, so repeated fits on one cluster (a grid search, a
+# comparison, a refit) reuse that measurement instead of probing again; the online
+# scores of the new fit correct it from its first round, as they correct a probe.
+# Keyed by worker address (in-process workers share this module) and speed_key().
+_SPEED_MEMORY: dict[tuple[str, tuple], dict[str, Any]] = {}
+
+# Least busy seconds a fit must have spent on a worker before its speed is remembered:
+# the adaptive probe's own minimum (``min_seconds``), for a comparable precision.
+MIN_REMEMBERED_BUSY_S = 0.1
+
+
+def speed_key(
+    layer_sizes: Sequence[int],
+    batch_size: int,
+    dtype: Any,
+    hidden_activation: str,
+    out_activation: str,
+) -> tuple:
+    """What a remembered speed belongs to: the model shape and the mini-batch size."""
+    return (
+        tuple(int(n) for n in layer_sizes),
+        int(batch_size),
+        np.dtype(dtype).name,
+        str(hidden_activation),
+        str(out_activation),
+    )
+
+
+def _remember_speed(spec: RoundSpec, rows: int, busy_s: float) -> None:
+    """Add a round's rows and busy seconds to this worker's record of the run."""
+    key = (
+        get_worker().address,
+        speed_key(
+            spec.layer_sizes,
+            spec.batch_size,
+            spec.dtype,
+            spec.hidden_activation,
+            spec.out_activation,
+        ),
+    )
+    entry = _SPEED_MEMORY.setdefault(key, {})
+    if entry.get("run_id") != spec.run_id:  # a new fit: start its own total
+        entry.update(run_id=spec.run_id, rows=0, busy_s=0.0)
+    entry["rows"] += rows
+    entry["busy_s"] += busy_s
+    if entry["busy_s"] >= MIN_REMEMBERED_BUSY_S:
+        entry["remembered"] = {
+            "speed": entry["rows"] / entry["busy_s"],
+            "busy_s": entry["busy_s"],
+            "run_id": spec.run_id,
+            "time": time.time(),
+        }
+
+
+def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict | None:
+    """This worker's remembered speed for ``key`` (call through ``client.run``).
+
+    Parameters
+    ----------
+    key : tuple
+        From :func:`speed_key`.
+    max_age_s : float
+        Older memories (seconds since the remembering fit's last round) are not returned.
+    dask_worker : distributed.Worker
+        Supplied by ``client.run``.
+
+    Returns
+    -------
+    memory : dict or None
+        ``speed`` (rows per busy second over the fit), ``busy_s`` (what it was measured
+        over), ``run_id`` of that fit and ``age_s``; None when there is none young enough.
+    """
+    entry = _SPEED_MEMORY.get((dask_worker.address, tuple(key)))
+    memory = None if entry is None else entry.get("remembered")
+    if memory is None:
+        return None
+    age_s = time.time() - memory["time"]
+    if age_s > max_age_s:
+        return None
+    return {**{k: v for k, v in memory.items() if k != "time"}, "age_s": age_s}
+
+
+def forget_speeds(dask_worker: Worker) -> int:
+    """Forget every speed this worker remembers (call through ``client.run``)."""
+    keys = [k for k in _SPEED_MEMORY if k[0] == dask_worker.address]
+    for k in keys:
+        del _SPEED_MEMORY[k]
+    return len(keys)
+
+
+# ----------------------------------------------------------------------------------
 # The training round (one task per worker per round)
 # ----------------------------------------------------------------------------------
 # Per-run state kept in the worker process between rounds: the model object (its work
 # buffers), the local optimizer (its moments), the error-feedback residual and the RNG.
-# Keyed by run id; dropped by ``drop_run_state`` when the fit ends.
-_RUN_STATE: dict[str, dict[str, Any]] = {}
+# Keyed by worker address and run id (in-process workers share this module); dropped by
+# ``drop_run_state`` when the fit ends.
+_RUN_STATE: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -626,7 +726,8 @@ class RoundSpec:
 
 
 def _state_for(spec: RoundSpec) -> dict[str, Any]:
-    state = _RUN_STATE.get(spec.run_id)
+    key = (get_worker().address, spec.run_id)
+    state = _RUN_STATE.get(key)
     if state is None:
         # bsp workers return data gradients only: the driver adds the L2 term once.
         alpha = 0.0 if spec.mode == "gradient" else spec.alpha
@@ -648,13 +749,13 @@ def _state_for(spec: RoundSpec) -> dict[str, Any]:
                 spec.batch_size, spec.layer_sizes[0], spec.layer_sizes[-1], model.dtype
             ),
         }
-        _RUN_STATE[spec.run_id] = state
+        _RUN_STATE[key] = state
     return state
 
 
-def drop_run_state(run_id: str) -> bool:
+def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
     """Forget a run's state on this worker (call through ``client.run``)."""
-    return _RUN_STATE.pop(run_id, None) is not None
+    return _RUN_STATE.pop((dask_worker.address, run_id), None) is not None
 
 
 def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
@@ -728,12 +829,17 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
         delta -= params
         feedback = state["feedback"]
         payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
+    busy_s = time.perf_counter() - start
+    if spec.mode != "gradient" and quota:
+        # bsp's one gradient over the round's rows costs differently per row than
+        # mini-batch steps: only the delta modes' speeds are remembered.
+        _remember_speed(spec, int(quota), busy_s)
     result = {
         "payload": payload,
         "rows": int(quota),
         "steps": int(steps),
         "loss_sum": float(loss_sum),
-        "busy_s": time.perf_counter() - start,
+        "busy_s": busy_s,
         "due_left": int(len(due) - quota),
         "bytes_out": int(payload.nbytes),
     }

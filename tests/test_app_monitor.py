@@ -76,7 +76,10 @@ def test_real_log_has_every_event_type_the_trainer_writes(real_logs):
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
     assert isinstance(events[-1]["summary"], dict)
     rounds = [e for e in events if e["event"] == "round"]
-    assert len(rounds) == 3 * 2 + 3  # 3 epochs x 2 rounds, 3 ramp rounds first
+    per_epoch = [sum(e["epoch"] == k for e in rounds) for k in (1, 2, 3)]
+    # 3 epochs x 2 rounds; the first epoch may open with ramp rounds (how many depends on
+    # the measured speeds: a round this small may need none).
+    assert per_epoch[1:] == [2, 2] and 2 <= per_epoch[0] <= 2 + 5, per_epoch
     # Rounds log a validation score or null (not evaluated that round): both are valid.
     assert all(e["val_score"] is None or isinstance(e["val_score"], float) for e in rounds)
     assert {e["source"] for e in events if e["event"] == "score"} >= {"probe"}
@@ -161,11 +164,15 @@ def test_comparison_of_two_real_runs(real_logs, tmp_path):
     res = compare_runs(folder / "hmdspt.jsonl", folder / "equal.jsonl")
     a, b = res["runs"]
     assert (a["partition"], b["partition"]) == ("proportional", "equal")
-    assert a["rounds"] == b["rounds"] == 3 * 2 + 3  # 3 ramp rounds first
+    for r, name in ((a, "hmdspt.jsonl"), (b, "equal.jsonl")):
+        rounds = [e for e in _events(folder / name) if e["event"] == "round"]
+        # 3 epochs x 2 rounds, after the ramp rounds (if any) the speeds called for.
+        assert r["rounds"] == len(rounds) >= 3 * 2
+        assert len(r["loss"]) == len(rounds)
     assert a["emulation"].startswith("heterogeneity emulated on one machine")
     for r in (a, b):
         assert r["status"] == "completed" and 0 < r["efficiency"] <= 1
-        assert len(r["loss"]) == 9 and r["final_loss"] == pytest.approx(r["loss"][-1])
+        assert r["final_loss"] == pytest.approx(r["loss"][-1])
         if r["best_val_score"] is not None:  # both runs score on the same held-out split
             assert res["target"] is not None and len(r["val"]) == len(r["val_t"])
     # The validation curve starts with the warm-started model's score, before round one.

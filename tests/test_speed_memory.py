@@ -1,0 +1,198 @@
+"""Workers remember their measured speed; a later fit of the same shape skips the probe.
+
+Real emulated clusters (and one plain in-process cluster); the run log is the witness.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline.cluster import local_cluster
+from pipeline.nn import MLP
+from pipeline.runlog import read_events
+from pipeline.staging import scheduler_workers
+from pipeline.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
+from pipeline.worker_tasks import (
+    MIN_REMEMBERED_BUSY_S,
+    forget_speeds,
+    remembered_speed,
+    speed_key,
+)
+
+HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.1 s busy)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(
+        n_samples=12_000, n_features=20, n_informative=10, n_classes=3, random_state=0
+    )
+    return X.astype(np.float32), np.eye(3, dtype=np.float32)[y]
+
+
+def _fit(client, data, log, hidden=HIDDEN, epochs=2, **config):
+    X, Y = data
+    model = MLP((X.shape[1], *hidden, Y.shape[1]))
+    model.initialize(np.random.RandomState(0))
+    config.setdefault("rounds_per_epoch", 2)
+    trainer = Trainer(
+        client,
+        model,
+        dict(solver="adam", learning_rate_init=0.001),
+        128,
+        TrainerConfig(run_log=str(log), **config),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        trainer.fit(X, Y, max_epochs=epochs)
+    return trainer, read_events(log)
+
+
+def _scores(events):
+    return [e for e in events if e["event"] == "score" and e["round"] == 0]
+
+
+def _key(data, hidden=HIDDEN):
+    X, Y = data
+    return speed_key((X.shape[1], *hidden, Y.shape[1]), 128, np.float32, "relu", "softmax")
+
+
+def test_a_second_fit_of_the_same_shape_starts_from_the_speeds_the_first_measured(
+    client, data, tmp_path
+):
+    client.run(forget_speeds)
+    first, first_events = _fit(client, data, tmp_path / "first.jsonl")
+    assert {e["source"] for e in _scores(first_events)} == {"probe"}
+    # What each worker measured over the first fit's rounds, from the run log.
+    rows, busy = {}, {}
+    for e in first_events:
+        if e["event"] == "round":
+            for name, w in e["workers"].items():
+                rows[name] = rows.get(name, 0) + w["rows"]
+                busy[name] = busy.get(name, 0.0) + w["busy_s"]
+    assert min(busy.values()) >= MIN_REMEMBERED_BUSY_S, "the test's fit is too short"
+
+    second, events = _fit(client, data, tmp_path / "second.jsonl")
+    scores = _scores(events)
+    assert {e["source"] for e in scores} == {"remembered"}
+    assert {e["worker"] for e in scores} == set(rows)
+    for e in scores:
+        assert e["from_run_id"] == first.run_id
+        assert 0 <= e["age_s"] < 600
+        assert e["score"] == pytest.approx(rows[e["worker"]] / busy[e["worker"]], rel=1e-9)
+    # The remembered speeds set the shares, as a probe's would.
+    names = {a: i["name"] for a, i in scheduler_workers(client).items()}
+    shares = next(e["rows"] for e in events if e["event"] == "partition")
+    fast, slow = sorted(shares, key=lambda n: -next(e["score"] for e in scores if e["worker"] == n))
+    assert shares[fast] > shares[slow]
+    assert set(names.values()) == set(shares)
+
+
+def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, data, tmp_path):
+    client.run(forget_speeds)
+    _fit(client, data, tmp_path / "a.jsonl")
+    memories = client.run(remembered_speed, _key(data), 600.0)
+    assert all(m is not None and m["speed"] > 0 for m in memories.values())
+    assert all(m is None for m in client.run(remembered_speed, _key(data), 0.0).values())
+    assert all(m is None for m in client.run(remembered_speed, _key(data, (64,)), 600.0).values())
+
+    _, events = _fit(client, data, tmp_path / "off.jsonl", reuse_speeds_s=0)
+    assert {e["source"] for e in _scores(events)} == {"probe"}
+    _, events = _fit(client, data, tmp_path / "shape.jsonl", hidden=(128, 128))
+    assert {e["source"] for e in _scores(events)} == {"probe"}
+    assert sum(client.run(forget_speeds).values()) >= 2
+    _, events = _fit(client, data, tmp_path / "forgotten.jsonl")
+    assert {e["source"] for e in _scores(events)} == {"probe"}
+
+
+def test_bsp_fits_leave_no_memory(client, data, tmp_path):
+    client.run(forget_speeds)
+    _fit(client, data, tmp_path / "bsp.jsonl", sync="bsp", partition="equal", epochs=1)
+    assert all(m is None for m in client.run(remembered_speed, _key(data), 600.0).values())
+
+
+def test_the_ramp_has_as_many_rounds_as_the_measured_speeds_call_for(client, data, tmp_path):
+    client.run(forget_speeds)
+    rpe = 2
+    _, events = _fit(client, data, tmp_path / "ramp.jsonl", epochs=1, rounds_per_epoch=rpe)
+    speeds = {e["worker"]: e["score"] for e in _scores(events)}
+    shares = next(e["rows"] for e in events if e["event"] == "partition")
+    round_s = max(n / rpe / speeds[w] for w, n in shares.items())
+    expected = ramp_length(round_s, TrainerConfig().ramp_first_round_s, TrainerConfig().ramp_rounds)
+    rounds = [e for e in events if e["event"] == "round"]
+    assert len(rounds) == len(round_schedule(rpe, expected))
+    # Equal shares are not probed: the warm-start pilot's speed on the driver stands in.
+    _, events = _fit(client, data, tmp_path / "equal.jsonl", epochs=1, partition="equal")
+    (pilot,) = [e for e in events if e["event"] == "warm_start"]
+    shares = next(e["rows"] for e in events if e["event"] == "partition")
+    round_s = max(shares.values()) / rpe / (pilot["rows"] * pilot["epochs"] / pilot["seconds"])
+    expected = ramp_length(round_s, TrainerConfig().ramp_first_round_s, TrainerConfig().ramp_rounds)
+    assert len([e for e in events if e["event"] == "round"]) == len(round_schedule(rpe, expected))
+    # Neither (no probe, no pilot): the configured number of ramp rounds.
+    _, events = _fit(
+        client,
+        data,
+        tmp_path / "unknown.jsonl",
+        epochs=1,
+        partition="equal",
+        warm_start_rows=0,
+        ramp_rounds=2,
+    )
+    assert len([e for e in events if e["event"] == "round"]) == rpe + 2
+
+
+def test_ramp_length_brings_the_first_round_under_the_bound():
+    assert ramp_length(1.3, 0.05, 5) == 5  # 1.3 / 32 = 0.04 s
+    assert ramp_length(1.3, 0.05, 3) == 3  # capped
+    assert ramp_length(0.3, 0.05, 5) == 3  # 0.3 / 8 = 0.0375 s; 0.3 / 4 would be 0.075
+    assert ramp_length(0.05, 0.05, 5) == 0  # a regular round is short enough already
+    for round_s in (0.07, 0.4, 0.8, 1.6):
+        k = ramp_length(round_s, 0.05, 10)
+        assert round_s / 2**k <= 0.05 < round_s / 2 ** (k - 1)
+    with pytest.raises(ValueError, match="first_round_s"):
+        ramp_length(1.0, 0.0, 3)
+    with pytest.raises(ValueError, match="ramp_first_round_s"):
+        TrainerConfig(ramp_first_round_s=0).validate()
+    with pytest.raises(ValueError, match="reuse_speeds_s"):
+        TrainerConfig(reuse_speeds_s=-1).validate()
+
+
+def test_in_process_workers_keep_their_own_round_state_and_memory(data, tmp_path):
+    """Threads of one process share the worker module: state is keyed by worker too."""
+    X, Y = data
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        trainer, events = _fit(c, data, tmp_path / "threads.jsonl", record_row_ids=True)
+        for seen in trainer.rows_seen.values():
+            assert (seen == 1).all()
+        addresses = sorted(scheduler_workers(c))
+        memories = c.run(remembered_speed, _key(data), 600.0)
+        assert sorted(memories) == addresses
+        assert all(m["run_id"] == trainer.run_id for m in memories.values())
+        # Each worker's memory holds its own rows, not the process's.
+        per_worker = {}
+        for e in events:
+            if e["event"] == "round":
+                for name, w in e["workers"].items():
+                    per_worker[name] = per_worker.get(name, 0.0) + w["busy_s"]
+        assert sorted(round(m["busy_s"], 9) for m in memories.values()) == sorted(
+            round(b, 9) for b in per_worker.values()
+        )
+        # A model trained by two workers that shared one local model would not learn.
+        model = trainer.model
+        accuracy = (model.forward(X).argmax(1) == Y.argmax(1)).mean()
+        assert accuracy > 0.8
