@@ -77,7 +77,7 @@ def _sklearn_run(params: dict, X, y, X_test, y_test, max_seconds: float | None) 
 WARM_UP_ROWS = 60_000
 
 
-def _warm_up(client, X, y, params: dict) -> None:
+def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
     """An untimed short fit on the cluster before the timed runs.
 
     The first fit on a fresh cluster pays one-off costs (imports on the workers, their
@@ -86,8 +86,10 @@ def _warm_up(client, X, y, params: dict) -> None:
     worker's speed for this model shape in its memory
     (:func:`pipeline.worker_tasks.remembered_speed`), as any earlier fit on the cluster
     would: a proportional run then starts from those speeds instead of a probe. For that
-    the warm-up holds every class (the output layer is part of the shape) and trains on
-    about ``WARM_UP_ROWS`` rows, enough busy time on every worker to be remembered.
+    the warm-up holds every class (the output layer is part of the shape), trains on
+    about ``WARM_UP_ROWS`` rows, enough busy time on every worker to be remembered, and
+    uses the timed runs' ``rounds_per_epoch``: its rounds are then as large as the data
+    allow, and short rounds under-measure fast workers (fixed per-round costs).
     """
     y = np.asarray(y)
     rng = np.random.default_rng(0)
@@ -98,9 +100,13 @@ def _warm_up(client, X, y, params: dict) -> None:
     epochs = min(10, -(-WARM_UP_ROWS // len(rows)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
-        BPNNClassifier(client=client, max_iter=epochs, random_state=0, **warm).fit(
-            np.asarray(X)[rows], y[rows]
-        )
+        BPNNClassifier(
+            client=client,
+            max_iter=epochs,
+            random_state=0,
+            rounds_per_epoch=rounds_per_epoch,
+            **warm,
+        ).fit(np.asarray(X)[rows], y[rows])
 
 
 def log_figures(path: str | Path) -> dict[str, Any]:
@@ -186,7 +192,7 @@ def run_comparison(
     if "bpnn-in-process" not in names:
         names.insert(0, "bpnn-in-process")  # it defines the target accuracy
     params = dict(params or {})
-    _warm_up(client, X, y, params)
+    _warm_up(client, X, y, params, rounds_per_epoch)
     sample = np.random.default_rng(0).permutation(len(y_test))[:eval_rows]
     X_curve, y_curve = X_test[np.sort(sample)], np.asarray(y_test)[np.sort(sample)]
     run_dir = Path(run_dir)

@@ -304,6 +304,7 @@ class Trainer:
         )
         self.staged: staging.StagedData | None = None
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
+        self._rounds_per_epoch = self.config.rounds_per_epoch  # bsp: set by fit
         self.log: RunLogWriter | None = None
         self.round_index = 0
         self.history: list[RoundRecord] = []
@@ -595,6 +596,7 @@ class Trainer:
             rounds_per_epoch = (
                 math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
             )
+            self._rounds_per_epoch = rounds_per_epoch
             ramp_rounds = (
                 self._ramp_rounds(rounds_per_epoch)
                 if cfg.sync == "hmdspt" and self.resumed_from is None
@@ -845,7 +847,11 @@ class Trainer:
                 "bytes_out": res["bytes_out"],
             }
             if res["rows"]:
-                self.scorer.update(addr, res["rows"], busy)
+                # Weighed by the share of a regular round it covers: ramp rounds are
+                # short, noisy measurements (see OnlineScorer.update_speed).
+                regular = self.staged.counts.get(addr, 0) / self._rounds_per_epoch
+                weight = min(1.0, res["rows"] / regular) if regular >= 1 else 1.0
+                self.scorer.update(addr, res["rows"], busy, weight)
         if self.config.record_row_ids:
             seen = self.rows_seen.setdefault(epoch, np.zeros(self.n_rows, dtype=np.int64))
             for res in results.values():
