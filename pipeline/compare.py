@@ -73,8 +73,10 @@ def _sklearn_run(params: dict, X, y, X_test, y_test, max_seconds: float | None) 
     return result
 
 
-# Rows the untimed warm-up fit trains on (over several epochs for a small data set).
+# The untimed warm-up fit trains on at most WARM_UP_ROWS rows, for as many epochs (up to
+# 25) as make WARM_UP_ROW_PASSES rows processed: three epochs of KDD's 60k-row sample.
 WARM_UP_ROWS = 60_000
+WARM_UP_ROW_PASSES = 180_000
 
 
 def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
@@ -86,10 +88,10 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
     worker's speed for this model shape in its memory
     (:func:`pipeline.worker_tasks.remembered_speed`), as any earlier fit on the cluster
     would: a proportional run then starts from those speeds instead of a probe. For that
-    the warm-up holds every class (the output layer is part of the shape), trains on
-    about ``WARM_UP_ROWS`` rows, enough busy time on every worker to be remembered, and
-    uses the timed runs' ``rounds_per_epoch``: its rounds are then as large as the data
-    allow, and short rounds under-measure fast workers (fixed per-round costs).
+    the warm-up holds every class (the output layer is part of the shape), processes
+    about ``WARM_UP_ROW_PASSES`` rows, enough regular rounds on every worker to be
+    remembered (:data:`pipeline.worker_tasks.MIN_REMEMBERED_BUSY_S`), and uses the timed
+    runs' ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
     """
     y = np.asarray(y)
     rng = np.random.default_rng(0)
@@ -97,7 +99,7 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
     _, first_of_class = np.unique(y, return_index=True)
     rows = np.union1d(first_of_class, rng.choice(len(y), size=n, replace=False))
     warm = {k: v for k, v in params.items() if k not in ("max_iter", "random_state")}
-    epochs = min(10, -(-WARM_UP_ROWS // len(rows)))
+    epochs = min(25, -(-WARM_UP_ROW_PASSES // len(rows)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
         BPNNClassifier(

@@ -76,16 +76,18 @@ class TrainerConfig:
     warm_start_rows, warm_start_epochs : int
         Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
     ramp_rounds : int
-        ``sync="hmdspt"``, a fresh fit: the first epoch starts with at most this many
+        ``sync="hmdspt"``, a fresh fit: the first epoch starts with at least this many
         short rounds, each twice the rows of the one before (see :func:`round_schedule`);
-        0 turns the ramp off. How many: see ``ramp_first_round_s``.
+        0 turns the ramp off.
     ramp_first_round_s : float
-        Predicted compute seconds of the ramp's first round: the ramp has the fewest
-        rounds that bring its first round below this (none when a regular round already
-        is). About the ~40 ms synchronisation cost of a round (DESIGN): a shorter first
-        round would be mostly overhead. The prediction uses the measured speeds (probe
-        or memory); equal shares, which are not probed, use the warm-start pilot's speed
-        on the driver; without either, the ramp has ``ramp_rounds`` rounds.
+        More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
+        than this many seconds of compute (:func:`ramp_length`). About the ~40 ms
+        synchronisation cost of a round (DESIGN): a shorter first round would be mostly
+        overhead. The round's length is predicted from the measured speeds (probe or
+        memory); equal shares, which are not probed, use the warm-start pilot's speed on
+        the driver; without either, the ramp has ``ramp_rounds`` rounds.
+    max_ramp_rounds : int
+        Most ramp rounds (each costs one synchronisation).
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
         (capped by the data set's size, see :func:`pipeline.scoring.score_workers`); a
@@ -141,8 +143,9 @@ class TrainerConfig:
     topk: float = 0.1
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
-    ramp_rounds: int = 5
+    ramp_rounds: int = 3
     ramp_first_round_s: float = 0.05
+    max_ramp_rounds: int = 5
     probe_seconds: float | None = None
     reuse_speeds_s: float = 600.0
     rebalance_threshold: float = 0.05
@@ -172,6 +175,11 @@ class TrainerConfig:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
         if self.ramp_rounds < 0:
             raise ValueError(f"ramp_rounds must be >= 0, got {self.ramp_rounds}")
+        if self.max_ramp_rounds < self.ramp_rounds:
+            raise ValueError(
+                f"max_ramp_rounds must be >= ramp_rounds, got {self.max_ramp_rounds} < "
+                f"{self.ramp_rounds}"
+            )
         if not self.ramp_first_round_s > 0:
             raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
         if not self.reuse_speeds_s >= 0:
@@ -182,22 +190,24 @@ class TrainerConfig:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
 
 
-def ramp_length(round_s: float, first_round_s: float, max_rounds: int) -> int:
-    """Fewest ramp rounds (at most ``max_rounds``) whose first is at most ``first_round_s``.
+def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
+    """Ramp rounds before regular rounds of ``round_s`` seconds (see :class:`TrainerConfig`).
 
-    The ramp's first round holds ``1 / 2**k`` of a regular round of ``round_s`` seconds.
+    At least ``min_rounds`` (0: no ramp), more while the first ramp round, ``1 / 2**k`` of
+    a regular round, would be longer than ``first_round_s``, at most ``max_rounds``.
 
-    >>> ramp_length(1.3, 0.05, 5), ramp_length(0.3, 0.05, 5), ramp_length(0.04, 0.05, 5)
-    (5, 3, 0)
+    >>> ramp_length(1.3, 0.05, 3, 5), ramp_length(0.3, 0.05, 3, 5), ramp_length(0.04, 0.05, 3, 5)
+    (5, 3, 3)
     """
-    if not (round_s >= 0 and first_round_s > 0 and max_rounds >= 0):
+    if not (round_s >= 0 and first_round_s > 0 and 0 <= min_rounds <= max_rounds):
         raise ValueError(
-            f"need round_s >= 0, first_round_s > 0 and max_rounds >= 0, got {round_s}, "
-            f"{first_round_s}, {max_rounds}"
+            f"need round_s >= 0, first_round_s > 0 and 0 <= min_rounds <= max_rounds, got "
+            f"{round_s}, {first_round_s}, {min_rounds}, {max_rounds}"
         )
-    if round_s <= first_round_s:
+    if min_rounds == 0:
         return 0
-    return min(max_rounds, math.ceil(math.log2(round_s / first_round_s)))
+    needed = math.ceil(math.log2(round_s / first_round_s)) if round_s > first_round_s else 0
+    return min(max_rounds, max(min_rounds, needed))
 
 
 def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
@@ -420,7 +430,7 @@ class Trainer:
         return memories
 
     def _ramp_rounds(self, rounds_per_epoch: int) -> int:
-        """How many ramp rounds open the first epoch (``ramp_first_round_s``)."""
+        """How many ramp rounds open the first epoch (:func:`ramp_length`)."""
         cfg = self.config
         counts = {a: n for a, n in self.staged.counts.items() if n}
         if counts and all(self.scorer.is_measured(a) for a in counts):
@@ -431,7 +441,7 @@ class Trainer:
         else:
             return cfg.ramp_rounds
         round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
-        return ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds)
+        return ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
 
     def _pilot_fit(self, X_pilot: np.ndarray, Y_pilot: np.ndarray) -> None:
         """Warm start: a short in-process fit on a small sample, before round one."""
@@ -758,6 +768,7 @@ class Trainer:
             seed=cfg.seed,
             round=self.round_index,
             return_row_ids=cfg.record_row_ids,
+            ramp=rounds_left > self._rounds_per_epoch,
         )
 
     def _round(

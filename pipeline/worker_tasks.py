@@ -574,9 +574,12 @@ def probe_task(
 # Keyed by worker address (in-process workers share this module) and speed_key().
 _SPEED_MEMORY: dict[tuple[str, tuple], dict[str, Any]] = {}
 
-# Least busy seconds a fit must have spent on a worker before its speed is remembered:
-# the adaptive probe's own minimum (``min_seconds``), for a comparable precision.
-MIN_REMEMBERED_BUSY_S = 0.1
+# Least busy seconds of regular rounds a fit must have spent on a worker before its speed
+# is remembered: more compute than the adaptive probe times (0.15-0.2 s on the emulated
+# clusters), since the memory replaces it. Measured with 0.1 s and ramp rounds counted: a
+# memory from the 50-150 ms rounds of a 60k-row fit put one worker's speed 14 % too high
+# against the others', and the next fit's first 1.3 s round left the fastest idle 18 %.
+MIN_REMEMBERED_BUSY_S = 0.3
 
 
 def speed_key(
@@ -703,6 +706,9 @@ class RoundSpec:
         Mini-batches per throttled compute chunk.
     return_row_ids : bool
         Also return the source ids of the rows processed (audits and tests).
+    ramp : bool
+        One of the short rounds that open a fit (see :func:`pipeline.trainer.round_schedule`):
+        not part of the worker's remembered speed.
     """
 
     run_id: str
@@ -723,6 +729,7 @@ class RoundSpec:
     round: int = 0
     chunk_batches: int = 16
     return_row_ids: bool = False
+    ramp: bool = False
 
 
 def _state_for(spec: RoundSpec) -> dict[str, Any]:
@@ -830,9 +837,11 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
         feedback = state["feedback"]
         payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
     busy_s = time.perf_counter() - start
-    if spec.mode != "gradient" and quota:
+    if spec.mode != "gradient" and quota and not spec.ramp:
         # bsp's one gradient over the round's rows costs differently per row than
-        # mini-batch steps: only the delta modes' speeds are remembered.
+        # mini-batch steps: only the delta modes' speeds are remembered. Ramp rounds are
+        # left out too: in a round of 50 ms the fixed per-round costs weigh more, and a
+        # later fit's shares are for regular rounds.
         _remember_speed(spec, int(quota), busy_s)
     result = {
         "payload": payload,

@@ -23,7 +23,7 @@ from pipeline.worker_tasks import (
     speed_key,
 )
 
-HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.1 s busy)
+HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.3 s busy)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,12 @@ def client():
 @pytest.fixture(scope="module")
 def data():
     X, y = make_classification(
-        n_samples=12_000, n_features=20, n_informative=10, n_classes=3, random_state=0
+        n_samples=40_000, n_features=20, n_informative=10, n_classes=3, random_state=0
     )
     return X.astype(np.float32), np.eye(3, dtype=np.float32)[y]
 
 
-def _fit(client, data, log, hidden=HIDDEN, epochs=2, **config):
+def _fit(client, data, log, hidden=HIDDEN, epochs=3, **config):
     X, Y = data
     model = MLP((X.shape[1], *hidden, Y.shape[1]))
     model.initialize(np.random.RandomState(0))
@@ -62,6 +62,13 @@ def _scores(events):
     return [e for e in events if e["event"] == "score" and e["round"] == 0]
 
 
+def _regular_rounds(events, rounds_per_epoch=2):
+    """The rounds after the ramp rounds that open the first epoch (not remembered)."""
+    rounds = [e for e in events if e["event"] == "round"]
+    n_ramp = sum(e["epoch"] == 1 for e in rounds) - rounds_per_epoch
+    return rounds[n_ramp:]
+
+
 def _key(data, hidden=HIDDEN):
     X, Y = data
     return speed_key((X.shape[1], *hidden, Y.shape[1]), 128, np.float32, "relu", "softmax")
@@ -73,13 +80,12 @@ def test_a_second_fit_of_the_same_shape_starts_from_the_speeds_the_first_measure
     client.run(forget_speeds)
     first, first_events = _fit(client, data, tmp_path / "first.jsonl")
     assert {e["source"] for e in _scores(first_events)} == {"probe"}
-    # What each worker measured over the first fit's rounds, from the run log.
+    # What each worker measured over the first fit's regular rounds, from the run log.
     rows, busy = {}, {}
-    for e in first_events:
-        if e["event"] == "round":
-            for name, w in e["workers"].items():
-                rows[name] = rows.get(name, 0) + w["rows"]
-                busy[name] = busy.get(name, 0.0) + w["busy_s"]
+    for e in _regular_rounds(first_events):
+        for name, w in e["workers"].items():
+            rows[name] = rows.get(name, 0) + w["rows"]
+            busy[name] = busy.get(name, 0.0) + w["busy_s"]
     assert min(busy.values()) >= MIN_REMEMBERED_BUSY_S, "the test's fit is too short"
 
     second, events = _fit(client, data, tmp_path / "second.jsonl")
@@ -123,20 +129,23 @@ def test_bsp_fits_leave_no_memory(client, data, tmp_path):
 
 def test_the_ramp_has_as_many_rounds_as_the_measured_speeds_call_for(client, data, tmp_path):
     client.run(forget_speeds)
-    rpe = 2
-    _, events = _fit(client, data, tmp_path / "ramp.jsonl", epochs=1, rounds_per_epoch=rpe)
+    # At least one ramp round, more as the predicted round length calls for.
+    rpe, cfg = 2, TrainerConfig(ramp_rounds=1)
+    _, events = _fit(client, data, tmp_path / "ramp.jsonl", epochs=1, ramp_rounds=1)
     speeds = {e["worker"]: e["score"] for e in _scores(events)}
     shares = next(e["rows"] for e in events if e["event"] == "partition")
     round_s = max(n / rpe / speeds[w] for w, n in shares.items())
-    expected = ramp_length(round_s, TrainerConfig().ramp_first_round_s, TrainerConfig().ramp_rounds)
+    expected = ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
     rounds = [e for e in events if e["event"] == "round"]
     assert len(rounds) == len(round_schedule(rpe, expected))
     # Equal shares are not probed: the warm-start pilot's speed on the driver stands in.
-    _, events = _fit(client, data, tmp_path / "equal.jsonl", epochs=1, partition="equal")
+    _, events = _fit(
+        client, data, tmp_path / "equal.jsonl", epochs=1, partition="equal", ramp_rounds=1
+    )
     (pilot,) = [e for e in events if e["event"] == "warm_start"]
     shares = next(e["rows"] for e in events if e["event"] == "partition")
     round_s = max(shares.values()) / rpe / (pilot["rows"] * pilot["epochs"] / pilot["seconds"])
-    expected = ramp_length(round_s, TrainerConfig().ramp_first_round_s, TrainerConfig().ramp_rounds)
+    expected = ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
     assert len([e for e in events if e["event"] == "round"]) == len(round_schedule(rpe, expected))
     # Neither (no probe, no pilot): the configured number of ramp rounds.
     _, events = _fit(
@@ -152,15 +161,22 @@ def test_the_ramp_has_as_many_rounds_as_the_measured_speeds_call_for(client, dat
 
 
 def test_ramp_length_brings_the_first_round_under_the_bound():
-    assert ramp_length(1.3, 0.05, 5) == 5  # 1.3 / 32 = 0.04 s
-    assert ramp_length(1.3, 0.05, 3) == 3  # capped
-    assert ramp_length(0.3, 0.05, 5) == 3  # 0.3 / 8 = 0.0375 s; 0.3 / 4 would be 0.075
-    assert ramp_length(0.05, 0.05, 5) == 0  # a regular round is short enough already
+    assert ramp_length(1.3, 0.05, 3, 5) == 5  # 1.3 / 32 = 0.04 s
+    assert ramp_length(1.3, 0.05, 3, 4) == 4  # capped
+    assert ramp_length(0.3, 0.05, 1, 5) == 3  # 0.3 / 8 = 0.0375 s; 0.3 / 4 would be 0.075
+    assert ramp_length(0.3, 0.05, 3, 5) == 3
+    assert ramp_length(0.05, 0.05, 3, 5) == 3  # short rounds keep the least ramp
+    assert ramp_length(0.05, 0.05, 0, 5) == 0  # and 0 turns it off
+    assert ramp_length(9.9, 0.05, 0, 5) == 0
     for round_s in (0.07, 0.4, 0.8, 1.6):
-        k = ramp_length(round_s, 0.05, 10)
+        k = ramp_length(round_s, 0.05, 1, 10)
         assert round_s / 2**k <= 0.05 < round_s / 2 ** (k - 1)
     with pytest.raises(ValueError, match="first_round_s"):
-        ramp_length(1.0, 0.0, 3)
+        ramp_length(1.0, 0.0, 3, 5)
+    with pytest.raises(ValueError, match="min_rounds <= max_rounds"):
+        ramp_length(1.0, 0.05, 3, 2)
+    with pytest.raises(ValueError, match="max_ramp_rounds"):
+        TrainerConfig(ramp_rounds=3, max_ramp_rounds=2).validate()
     with pytest.raises(ValueError, match="ramp_first_round_s"):
         TrainerConfig(ramp_first_round_s=0).validate()
     with pytest.raises(ValueError, match="reuse_speeds_s"):
@@ -185,10 +201,9 @@ def test_in_process_workers_keep_their_own_round_state_and_memory(data, tmp_path
         assert all(m["run_id"] == trainer.run_id for m in memories.values())
         # Each worker's memory holds its own rows, not the process's.
         per_worker = {}
-        for e in events:
-            if e["event"] == "round":
-                for name, w in e["workers"].items():
-                    per_worker[name] = per_worker.get(name, 0.0) + w["busy_s"]
+        for e in _regular_rounds(events):
+            for name, w in e["workers"].items():
+                per_worker[name] = per_worker.get(name, 0.0) + w["busy_s"]
         assert sorted(round(m["busy_s"], 9) for m in memories.values()) == sorted(
             round(b, 9) for b in per_worker.values()
         )
