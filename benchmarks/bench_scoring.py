@@ -17,7 +17,7 @@ For each job, first the wall time of one HMDSPT epoch on the same cluster: a
 ``BPNNClassifier(client=..., max_iter=2, rounds_per_epoch=1)`` fit with a run log; each
 epoch's wall is the sum of its ``round`` events' walls, each timed from broadcast to merged
 update (the fit's own probe, staging and warm start are outside it; the first epoch opens
-with three short ramp rounds), and each round's per-worker
+with short ramp rounds), and each round's per-worker
 ``rows / busy_s`` are the speeds the probe should predict. Then the probes, each repeated:
 the adaptive default, the adaptive probe capped by the data set size (``n_rows_total``),
 and the fixed 1 s probe the trainer used so far. For each: the scores relative to the
@@ -148,8 +148,8 @@ def main(argv=None) -> None:
             print()
             print(f"## {job.name}: {n:,} rows, MLP {'-'.join(map(str, job.layers))}")
             print(
-                "one HMDSPT epoch (sum of its round walls, 1 round/epoch + 3 ramp rounds "
-                "in the first): "
+                "one HMDSPT epoch (sum of its round walls, 1 round/epoch + ramp rounds "
+                f"in the first: {sum(e['epoch'] == 1 for e in rounds) - 1}): "
                 + ", ".join(f"{w:.3f}" for w in walls)
                 + f" s; mean {epoch_s:.3f} s"
             )
