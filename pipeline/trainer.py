@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from distributed import Client, wait
+from distributed import Client
 
 from . import merge, partition, scoring, staging
 from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
@@ -803,11 +803,8 @@ class Trainer:
         pending = set(futures)
         while pending:
             # Short waits: a pinned task whose worker left would wait forever otherwise.
-            # (distributed's wait raises TimeoutError where concurrent.futures returns.)
             try:
-                done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
-            except TimeoutError:
-                done = set()
+                done, pending = staging.wait_some(pending, 0.5, "FIRST_COMPLETED")
             except Exception:  # e.g. tasks cancelled because their worker died
                 done = {f for f in pending if f.status != "pending"}
                 pending -= done
@@ -858,7 +855,7 @@ class Trainer:
                 "bytes_out": res["bytes_out"],
             }
             if res["rows"]:
-                # Weighed by the share of a regular round it covers: ramp rounds are
+                # Weighted by the share of a regular round it covers: ramp rounds are
                 # short, noisy measurements (see OnlineScorer.update_speed).
                 regular = self.staged.counts.get(addr, 0) / self._rounds_per_epoch
                 weight = min(1.0, res["rows"] / regular) if regular >= 1 else 1.0

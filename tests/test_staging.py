@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -483,3 +484,33 @@ def test_shards_arrive_aligned_on_workers():
     assert clone.X.flags.aligned and clone.X.flags.writeable
     np.testing.assert_array_equal(clone.X, shard.X)
     np.testing.assert_array_equal(clone.row_ids, shard.row_ids)
+
+
+def _sleep_then(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def test_wait_some_returns_on_timeout_and_holds_no_futures_after(client):
+    """A timed-out wait must not keep the caller's futures (and their data) alive."""
+
+    def caller():
+        held = client.scatter(np.arange(10), hash=False)  # only this frame refers to it
+        slow = client.submit(_sleep_then, held, 1.0, pure=False)
+        done, not_done = staging.wait_some([slow], 0.05)
+        assert done == set() and not_done == {slow}
+        done, not_done = staging.wait_some([slow], 30)
+        assert done == {slow} and not_done == set()
+        return held.key
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # only reference counting may free the caller's frame
+    try:
+        key = caller()
+        deadline = time.monotonic() + 10
+        while key in _cluster_keys(client) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert key not in _cluster_keys(client)
+    finally:
+        if was_enabled:
+            gc.enable()
