@@ -25,6 +25,7 @@ from distributed import Client
 from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.cluster import local_cluster
+from pipeline.compare import WARM_UP_ROW_PASSES, WARM_UP_ROWS
 from pipeline.nn import MLP
 from pipeline.runlog import read_events, summarize
 from pipeline.trainer import Trainer, TrainerConfig
@@ -62,9 +63,17 @@ JOBS = {
 }
 
 
-def run(client, data, job: Job, overrides: dict, run_dir: Path, seed: int = 0) -> dict:
+def run(
+    client,
+    data,
+    job: Job,
+    overrides: dict,
+    run_dir: Path,
+    seed: int = 0,
+    n_classes: int | None = None,
+) -> dict:
     X, y, X_test, y_test = data
-    n_classes = int(y.max()) + 1
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     Y = np.eye(n_classes, dtype=np.float32)[y]
     sample = np.random.default_rng(0).permutation(len(y_test))[:20_000]
     Xs, ys = X_test[sample], y_test[sample]
@@ -88,6 +97,7 @@ def run(client, data, job: Job, overrides: dict, run_dir: Path, seed: int = 0) -
     ]
     s = summarize(events)
     return {
+        "sources": {e["source"] for e in events if e["event"] == "score" and e["round"] == 0},
         "curve": curve,
         "final": float((model.forward(X_test).argmax(1) == y_test).mean()),
         "idle": s["fastest_idle_fraction"],
@@ -123,9 +133,13 @@ def main(argv=None) -> dict:
             job = JOBS[job_name]
             data = job.load()
             # Untimed: the first fit on a cluster pays one-off costs (worker imports,
-            # first transfers) that would land on whichever variant ran first.
-            warm = Job(job.load, job.hidden, 1, job.batch_size)
-            run(client, tuple(a[:20_000] for a in data), warm, {}, Path(tmp))
+            # first transfers) that would land on whichever variant ran first. Sized as
+            # the comparison's warm-up, so the workers remember their speeds for this
+            # model and every variant, the first included, starts from them, not a probe.
+            n = min(len(data[1]), WARM_UP_ROWS)
+            warm = Job(job.load, job.hidden, min(25, -(-WARM_UP_ROW_PASSES // n)), job.batch_size)
+            n_classes = int(data[1].max()) + 1
+            run(client, tuple(a[:n] for a in data), warm, {}, Path(tmp), n_classes=n_classes)
             # Repeats interleaved (every variant once, then again) so that a slow spell of
             # the shared machine does not land on one variant only.
             runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
@@ -134,6 +148,8 @@ def main(argv=None) -> dict:
                     runs[name].append(run(client, data, job, overrides, Path(tmp)))
             results = {name: _combine(rs) for name, rs in runs.items()}
             report(job_name, job, results, args.repeats)
+            probed = sorted({n for n, rs in runs.items() for r in rs if "probe" in r["sources"]})
+            print(f"starting speeds probed (none remembered) in: {', '.join(probed) or 'no run'}")
             all_results[job_name] = results
     print(f"chart: {shown(plot(all_results, args.out / 'ablation.png'))}")
     return all_results
