@@ -240,7 +240,10 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "Time to accuracy against the baselines",
                 "HMDSPT against equal shares, local SGD, bulk-synchronous SGD and in-process "
                 "training, on `local_cluster(speeds=(4, 2, 1))` (heterogeneity emulated), "
-                "on KDD Cup 99 and smartphone activity windows; then bytes sent per round.",
+                "on KDD Cup 99 and smartphone activity windows; then bytes sent per round. "
+                "In the table HMDSPT starts from the speeds its workers remember from an "
+                "untimed warm-up fit on the same cluster; the line 'with a fresh probe' "
+                "gives its time to target as the first fit on a cluster.",
                 (
                     Figure(
                         "kddcup99.png",

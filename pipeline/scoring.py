@@ -43,8 +43,6 @@ class WorkerEstimate:
     shifted : list of float
         Consecutive recent measurements far off the estimate on the same side (a
         candidate change of speed, see :class:`OnlineScorer`).
-    shifted_weights : list of float
-        Their weights (see :meth:`OnlineScorer.update_speed`).
     """
 
     prior: float = 1.0
@@ -52,7 +50,6 @@ class WorkerEstimate:
     var: float = math.nan
     n_updates: int = 0
     shifted: list[float] = field(default_factory=list)
-    shifted_weights: list[float] = field(default_factory=list)
 
 
 class OnlineScorer:
@@ -85,8 +82,7 @@ class OnlineScorer:
         of speed.
     shift_rounds : int, default=2
         Candidates in a row, on the same side, that restart the estimate from them (a
-        worker turned straggler is scored as one after two rounds, not after many); short
-        rounds count by their weight.
+        worker turned straggler is scored as one after two rounds, not after many).
 
     Attributes
     ----------
@@ -173,7 +169,7 @@ class OnlineScorer:
         return list(self.estimates)
 
     # ----------------------------------------------------------------- updates
-    def update(self, worker: Hashable, rows: float, busy_s: float, weight: float = 1.0) -> None:
+    def update(self, worker: Hashable, rows: float, busy_s: float) -> None:
         """Fold one round's measurement into ``worker``'s estimate.
 
         Parameters
@@ -184,8 +180,6 @@ class OnlineScorer:
             Rows the worker processed in the round.
         busy_s : float
             Seconds it spent computing them.
-        weight : float, default=1.0
-            Size of the measurement in regular rounds (see :meth:`update_speed`).
 
         Notes
         -----
@@ -196,34 +190,17 @@ class OnlineScorer:
             if worker not in self.estimates:
                 self.add_worker(worker)
             return
-        self.update_speed(worker, rows / busy_s, weight)
+        self.update_speed(worker, rows / busy_s)
 
-    def update_speed(self, worker: Hashable, speed: float, weight: float = 1.0) -> None:
+    def update_speed(self, worker: Hashable, speed: float) -> None:
         """Fold a measured speed (samples per second) into ``worker``'s estimate.
 
         Use it for measurements that come as speeds, e.g. the output of
         :func:`score_workers`; :meth:`update` is the same from rows and seconds.
-
-        Parameters
-        ----------
-        worker : hashable
-            Worker key; added with the default prior if unknown.
-        speed : float
-            Measured samples per second.
-        weight : float, default=1.0
-            Size of the measurement in regular rounds: it moves the estimate as
-            ``weight`` rounds would, ``a = 1 - 0.5 ** (weight / halflife)``. A short
-            round (a ramp round holding 1/32 of a regular one) is a noisier measurement
-            of the same speed, and fixed per-round costs weigh more in it; with weight 1
-            it would move the estimate as far as a whole round. A worker's first
-            measurement replaces its prior whatever its weight.
         """
         speed = float(speed)
         if not (math.isfinite(speed) and speed > 0):
             raise ValueError(f"speed must be a positive finite number, got {speed!r}")
-        weight = float(weight)
-        if not (math.isfinite(weight) and weight > 0):
-            raise ValueError(f"weight must be a positive finite number, got {weight!r}")
         est = self.estimates.get(worker)
         if est is None:
             self.add_worker(worker)
@@ -238,25 +215,16 @@ class OnlineScorer:
             # follow. One noisy round does not.
             ratio = speed / est.mean
             side = 1 if ratio > self.shift_factor else -1 if ratio < 1 / self.shift_factor else 0
-            # Short rounds count by their weight: two ramp rounds of 1/32 are not two
-            # rounds of evidence.
-            if len(est.shifted_weights) != len(est.shifted):  # restored without weights
-                est.shifted_weights = [1.0] * len(est.shifted)
             if side and (not est.shifted or (est.shifted[-1] > est.mean) == (side > 0)):
                 est.shifted.append(speed)
-                est.shifted_weights.append(weight)
             else:
                 est.shifted.clear()
-                est.shifted_weights.clear()
-            if sum(est.shifted_weights) >= self.shift_rounds:
-                est.mean = sum(w * x for w, x in zip(est.shifted_weights, est.shifted)) / sum(
-                    est.shifted_weights
-                )
+            if len(est.shifted) >= self.shift_rounds:
+                est.mean = sum(est.shifted) / len(est.shifted)
                 est.var = (self.first_rel_std * est.mean) ** 2
                 est.shifted.clear()
-                est.shifted_weights.clear()
             else:
-                a = self.alpha if weight == 1.0 else 1.0 - 0.5 ** (weight / self.halflife)
+                a = self.alpha
                 d = speed - est.mean
                 est.mean += a * d
                 est.var = (1.0 - a) * (est.var + a * d * d)

@@ -81,11 +81,14 @@ class TrainerConfig:
         0 turns the ramp off.
     ramp_first_round_s : float
         More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
-        than this many seconds of compute (:func:`ramp_length`). About the ~40 ms
-        synchronisation cost of a round (DESIGN): a shorter first round would be mostly
-        overhead. The round's length is predicted from the measured speeds (probe or
-        memory); equal shares, which are not probed, use the warm-start pilot's speed on
-        the driver; without either, the ramp has ``ramp_rounds`` rounds.
+        than this many seconds of compute (:func:`ramp_length`). About twice a round's
+        ~40 ms synchronisation (DESIGN): in shorter rounds the synchronisation and the
+        workers' 10-40 ms of per-round jitter decide the idle time (measured on 4:2:1 with
+        a 0.05 s bound: the fastest worker idled 20-30 % of the shortest ramp rounds and
+        5-6 % of a 3-epoch fit, against 1-3 % with 3 ramp rounds). The round's length is
+        predicted from the measured speeds (probe or memory); equal shares, which are not
+        probed, use the warm-start pilot's speed on the driver; without either, the ramp
+        has ``ramp_rounds`` rounds.
     max_ramp_rounds : int
         Most ramp rounds (each costs one synchronisation).
     probe_seconds : float or None
@@ -144,7 +147,7 @@ class TrainerConfig:
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
     ramp_rounds: int = 3
-    ramp_first_round_s: float = 0.05
+    ramp_first_round_s: float = 0.1
     max_ramp_rounds: int = 5
     probe_seconds: float | None = None
     reuse_speeds_s: float = 600.0
@@ -768,7 +771,17 @@ class Trainer:
             seed=cfg.seed,
             round=self.round_index,
             return_row_ids=cfg.record_row_ids,
-            ramp=rounds_left > self._rounds_per_epoch,
+            # Speeds are remembered from what a later proportional fit will repeat: every
+            # worker busy for the whole of a regular round (see worker_tasks). Not from
+            # equal shares (the fast workers finish early, and on a shared machine the
+            # others then run with less contention than in a proportional round), nor
+            # from ramp rounds (fixed per-round costs weigh more in them), nor from bsp's
+            # gradients (a different cost per row).
+            remember_speed=(
+                cfg.partition == "proportional"
+                and cfg.sync != "bsp"
+                and rounds_left <= self._rounds_per_epoch
+            ),
         )
 
     def _round(
@@ -855,11 +868,7 @@ class Trainer:
                 "bytes_out": res["bytes_out"],
             }
             if res["rows"]:
-                # Weighted by the share of a regular round it covers: ramp rounds are
-                # short, noisy measurements (see OnlineScorer.update_speed).
-                regular = self.staged.counts.get(addr, 0) / self._rounds_per_epoch
-                weight = min(1.0, res["rows"] / regular) if regular >= 1 else 1.0
-                self.scorer.update(addr, res["rows"], busy, weight)
+                self.scorer.update(addr, res["rows"], busy)
         if self.config.record_row_ids:
             seen = self.rows_seen.setdefault(epoch, np.zeros(self.n_rows, dtype=np.int64))
             for res in results.values():

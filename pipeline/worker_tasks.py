@@ -706,9 +706,9 @@ class RoundSpec:
         Mini-batches per throttled compute chunk.
     return_row_ids : bool
         Also return the source ids of the rows processed (audits and tests).
-    ramp : bool
-        One of the short rounds that open a fit (see :func:`pipeline.trainer.round_schedule`):
-        not part of the worker's remembered speed.
+    remember_speed : bool
+        Add the round's rows and busy seconds to the worker's remembered speed (a regular
+        round with proportional shares; see :func:`remembered_speed`).
     """
 
     run_id: str
@@ -729,7 +729,7 @@ class RoundSpec:
     round: int = 0
     chunk_batches: int = 16
     return_row_ids: bool = False
-    ramp: bool = False
+    remember_speed: bool = False
 
 
 def _state_for(spec: RoundSpec) -> dict[str, Any]:
@@ -837,11 +837,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
         feedback = state["feedback"]
         payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
     busy_s = time.perf_counter() - start
-    if spec.mode != "gradient" and quota and not spec.ramp:
-        # bsp's one gradient over the round's rows costs differently per row than
-        # mini-batch steps: only the delta modes' speeds are remembered. Ramp rounds are
-        # left out too: in a round of 50 ms the fixed per-round costs weigh more, and a
-        # later fit's shares are for regular rounds.
+    if spec.remember_speed and quota:
         _remember_speed(spec, int(quota), busy_s)
     result = {
         "payload": payload,

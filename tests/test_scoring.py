@@ -51,36 +51,6 @@ def test_exponentially_weighted_mean_and_variance():
     assert s.estimates["w"].n_updates == 3
 
 
-def test_a_short_round_moves_the_estimate_as_its_share_of_a_round():
-    s = OnlineScorer(halflife=1)
-    s.update("w", rows=1000, busy_s=1.0, weight=0.01)  # first: replaces, whatever its weight
-    assert s.score("w") == 1000.0
-    # A ramp round of 1/8 of a regular round: a = 1 - 0.5 ** (1/8), not 0.5.
-    s.update("w", rows=175, busy_s=0.125, weight=1 / 8)  # 1400 samples/s
-    assert s.score("w") == pytest.approx(1000 + (1 - 0.5 ** (1 / 8)) * 400)
-    # Eight of them move it as far as one regular round would (a weight is additive in
-    # the half-life's exponent: eight steps of 1/8 keep 0.5 of the old estimate).
-    t = OnlineScorer(halflife=1)
-    t.update_speed("w", 1000.0)
-    for _ in range(8):
-        t.update_speed("w", 1400.0, weight=1 / 8)
-    assert t.score("w") == pytest.approx(1200.0)
-    # Far-off short rounds restart the estimate only once their weights add up to
-    # shift_rounds (2) regular rounds, not after two of them.
-    u = OnlineScorer(halflife=4)  # slow enough that the average stays far off meanwhile
-    u.update_speed("w", 1000.0)
-    for i in range(15):
-        u.update_speed("w", 4000.0, weight=1 / 8)
-        if i == 1:
-            assert u.score("w") < 1200.0  # two short rounds: no restart
-    assert 1000.0 < u.score("w") < 4000.0 / u.shift_factor
-    u.update_speed("w", 4000.0, weight=1 / 8)  # the 16th: 2 rounds' worth
-    assert u.score("w") == pytest.approx(4000.0)
-    for bad in (0, -1, math.nan, math.inf):
-        with pytest.raises(ValueError, match="weight"):
-            t.update_speed("w", 2000.0, weight=bad)
-
-
 def test_the_first_measurement_replaces_the_prior():
     s = OnlineScorer()
     s.add_worker("a", prior=8.0)

@@ -121,9 +121,16 @@ def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, d
     assert {e["source"] for e in _scores(events)} == {"probe"}
 
 
-def test_bsp_fits_leave_no_memory(client, data, tmp_path):
+@pytest.mark.parametrize(
+    "config",
+    [dict(sync="bsp", partition="equal", epochs=1), dict(partition="equal")],
+    ids=["bsp", "equal-shares"],
+)
+def test_fits_that_do_not_load_every_worker_alike_leave_no_memory(client, data, tmp_path, config):
+    # bsp's gradients cost differently per row; with equal shares the fast workers idle
+    # while the slow ones run with less contention than a proportional fit gives them.
     client.run(forget_speeds)
-    _fit(client, data, tmp_path / "bsp.jsonl", sync="bsp", partition="equal", epochs=1)
+    _fit(client, data, tmp_path / "fit.jsonl", **config)
     assert all(m is None for m in client.run(remembered_speed, _key(data), 600.0).values())
 
 
