@@ -66,16 +66,22 @@ def load_har():
     )
 
 
-def ratio_lines(results, target: float) -> list[str]:
+def ratio_lines(results, target: float, targets: bool = True) -> list[str]:
+    """The issue's ratios; ``targets=False`` prints them without the issue's targets
+    (those are set for KDD; on HAR only the final accuracy has one)."""
     by = {r.name: r for r in results}
+
+    def goal(text: str) -> str:
+        return f" (target {text})" if targets else ""
+
     lines = []
     h = by.get("hmdspt")
     if h is None:
         return lines
     if h.fastest_idle_fraction is not None:
         lines.append(
-            f"fastest worker idle: hmdspt {100 * h.fastest_idle_fraction:.1f} % "
-            "(target <= 10 %)"
+            f"fastest worker idle: hmdspt {100 * h.fastest_idle_fraction:.1f} %"
+            + goal("<= 10 %")
             + "".join(
                 f", {n} {100 * by[n].fastest_idle_fraction:.1f} %"
                 for n in ("hmdspt-equal", "local-equal", "bsp-equal")
@@ -83,9 +89,9 @@ def ratio_lines(results, target: float) -> list[str]:
             )
         )
     if h.efficiency is not None:
-        lines.append(f"parallel efficiency: hmdspt {h.efficiency:.2f} (target >= 0.8)")
+        lines.append(f"parallel efficiency: hmdspt {h.efficiency:.2f}" + goal(">= 0.8"))
     t_h = h.seconds_to(target)
-    for base, goal in (("bsp-equal", 0.5), ("local-equal", 0.75)):
+    for base, limit in (("bsp-equal", 0.5), ("local-equal", 0.75)):
         if base not in by:
             continue
         t_b = by[base].seconds_to(target)
@@ -94,13 +100,13 @@ def ratio_lines(results, target: float) -> list[str]:
         elif t_b is None:
             lines.append(
                 f"time to target: hmdspt {t_h:.1f} s; {base} did not reach it within "
-                f"its {by[base].wall_s:.0f} s run (ratio < {t_h / by[base].wall_s:.2f}, "
-                f"target <= {goal})"
+                f"its {by[base].wall_s:.0f} s run (ratio < {t_h / by[base].wall_s:.2f})"
+                + goal(f"<= {limit}")
             )
         else:
             lines.append(
                 f"time to target: hmdspt / {base} = {t_h:.1f} / {t_b:.1f} s = "
-                f"{t_h / t_b:.2f} (target <= {goal})"
+                f"{t_h / t_b:.2f}" + goal(f"<= {limit}")
             )
             # Runs are scored at most every eval_interval_s: the baseline crossed the
             # target somewhere after its last score below it.
@@ -115,6 +121,8 @@ def ratio_lines(results, target: float) -> list[str]:
         f"final accuracy: hmdspt {h.final_accuracy:.4f} vs in-process {ref:.4f} "
         f"({100 * (h.final_accuracy - ref):+.2f} points)"
     )
+    if not targets:
+        lines.append("(the issue sets this job's targets on its final accuracy only)")
     return lines
 
 
@@ -158,7 +166,15 @@ def cold_start_lines(
 
 
 def compare_on(
-    client, name, data, params, max_seconds, rounds_per_epoch, out_dir, accuracy_runs=3
+    client,
+    name,
+    data,
+    params,
+    max_seconds,
+    rounds_per_epoch,
+    out_dir,
+    accuracy_runs=3,
+    targets=True,
 ) -> tuple[list[str], float]:
     X, y, X_test, y_test = data
     results, target = run_comparison(
@@ -179,7 +195,7 @@ def compare_on(
         f"rounds/epoch {rounds_per_epoch}, time box {max_seconds} s per run"
     )
     print(format_table(results, target))
-    lines = ratio_lines(results, target)
+    lines = ratio_lines(results, target, targets)
     lines += cold_start_lines(client, data, params, max_seconds, rounds_per_epoch, results, target)
     for line in lines:
         print("  " + line)
@@ -217,9 +233,10 @@ def compare_on(
         )
         print(
             f"  hmdspt over the same {accuracy_runs} runs: fastest worker idle "
-            f"{', '.join(f'{100 * v:.1f}' for v in idle)} % (mean {100 * np.mean(idle):.1f} %, "
-            f"target <= 10 %); parallel efficiency {', '.join(f'{v:.2f}' for v in efficiency)} "
-            f"(mean {np.mean(efficiency):.2f}, target >= 0.8)"
+            f"{', '.join(f'{100 * v:.1f}' for v in idle)} % (mean {100 * np.mean(idle):.1f} %"
+            f"{', target <= 10 %' if targets else ''}); parallel efficiency "
+            f"{', '.join(f'{v:.2f}' for v in efficiency)} (mean {np.mean(efficiency):.2f}"
+            f"{', target >= 0.8' if targets else ''})"
         )
     return lines, target
 
@@ -340,7 +357,15 @@ def main(argv=None) -> None:
             # -0.49).
             har_rpe = BPNNClassifier().rounds_per_epoch
             _, har_target = compare_on(
-                client, "har-windows", har, har_params, box, har_rpe, OUT, accuracy_runs=8
+                client,
+                "har-windows",
+                har,
+                har_params,
+                box,
+                har_rpe,
+                OUT,
+                accuracy_runs=8,
+                targets=False,
             )
             comm_jobs["har-windows"] = (har, har_params, har_target, har_rpe)
         communication(client, comm_jobs, OUT)
