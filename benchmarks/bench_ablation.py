@@ -25,7 +25,7 @@ from distributed import Client
 from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.cluster import local_cluster
-from pipeline.compare import WARM_UP_ROW_PASSES, WARM_UP_ROWS
+from pipeline.compare import WARM_UP_ROW_PASSES, WARM_UP_ROWS, held_out_sample
 from pipeline.nn import MLP
 from pipeline.runlog import read_events, summarize
 from pipeline.trainer import Trainer, TrainerConfig
@@ -75,7 +75,7 @@ def run(
     X, y, X_test, y_test = data
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     Y = np.eye(n_classes, dtype=np.float32)[y]
-    sample = np.random.default_rng(0).permutation(len(y_test))[:20_000]
+    sample = held_out_sample(len(y_test))
     Xs, ys = X_test[sample], y_test[sample]
     model = MLP((X.shape[1], *job.hidden, n_classes), alpha=1e-4)
     model.initialize(np.random.RandomState(seed))

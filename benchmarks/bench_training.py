@@ -27,7 +27,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 from pipeline.cluster import local_cluster
-from pipeline.compare import format_table, log_figures, plot, run_comparison
+from pipeline.compare import (
+    format_table,
+    held_out_sample,
+    log_figures,
+    plot,
+    run_comparison,
+)
 from pipeline.estimator import BPNNClassifier
 from pipeline.runlog import read_events
 from pipeline.worker_tasks import forget_speeds
@@ -144,7 +150,7 @@ def cold_start_lines(
     if h is None or bsp is None:
         return []
     X, y, X_test, y_test = data
-    sample = np.sort(np.random.default_rng(0).permutation(len(y_test))[:EVAL_ROWS])
+    sample = held_out_sample(len(y_test), EVAL_ROWS)
     client.run(forget_speeds)
     cold = BPNNClassifier(
         client=client, rounds_per_epoch=rounds_per_epoch, max_seconds=max_seconds, **params
@@ -252,7 +258,7 @@ def communication(client, jobs: dict, out_dir: Path) -> list[str]:
     lines, curves = [], {}
     for name, (data, params, target, rounds_per_epoch) in jobs.items():
         X, y, X_test, y_test = data
-        sample = np.sort(np.random.default_rng(0).permutation(len(y_test))[:20_000])
+        sample = held_out_sample(len(y_test), EVAL_ROWS)
         X_eval, y_eval = X_test[sample], np.asarray(y_test)[sample]
         job_lines, curves[name] = [], {}
         for method in ("none", "float16", "topk"):

@@ -111,6 +111,11 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
         ).fit(np.asarray(X)[rows], y[rows])
 
 
+def held_out_sample(n_rows: int, eval_rows: int = 20_000) -> np.ndarray:
+    """Sorted indices of the held-out rows an accuracy curve scores (the same every run)."""
+    return np.sort(np.random.default_rng(0).permutation(n_rows)[:eval_rows])
+
+
 def log_figures(path: str | Path) -> dict[str, Any]:
     """What a :class:`RunResult` takes from a run log.
 
@@ -195,8 +200,8 @@ def run_comparison(
         names.insert(0, "bpnn-in-process")  # it defines the target accuracy
     params = dict(params or {})
     _warm_up(client, X, y, params, rounds_per_epoch)
-    sample = np.random.default_rng(0).permutation(len(y_test))[:eval_rows]
-    X_curve, y_curve = X_test[np.sort(sample)], np.asarray(y_test)[np.sort(sample)]
+    sample = held_out_sample(len(y_test), eval_rows)
+    X_curve, y_curve = X_test[sample], np.asarray(y_test)[sample]
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     results = []
