@@ -45,6 +45,7 @@ import os
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -787,6 +788,10 @@ def stage(
     reads the whole file but never holds more than its share plus one chunk. Members
     stored without compression are read the same way (the random assignment touches
     every page anyway).
+
+    In-memory arrays are cut on the driver, one shard gathered while the previous one is
+    sent, so the driver holds up to two shards beside ``X``; an ``X`` that is not
+    C-contiguous (a Fortran-ordered array, a column slice) is first copied in C order.
     """
     dtype = np.dtype(dtype)
     if seed is None:
@@ -834,20 +839,40 @@ def _stage_memory(
         raise ValueError("no rows to stage")
     n_features = 1 if X.ndim == 1 else X.shape[1]
     counts = _resolve_counts(client, counts, n_rows)
+    if isinstance(X, np.ndarray) and X.ndim == 2 and not X.flags.c_contiguous:
+        # A row of a Fortran-ordered array is strided over the whole array, so a random
+        # gather touches a cache line per value. Measured for KDD (494,021 x 41 float32,
+        # Fortran order as its npz stores it, 3 shards): the gathers took 0.18 s, and
+        # 0.07 s from a C-ordered copy that took 0.04 s to make (medians of 8). The copy
+        # lives while staging runs.
+        X = np.ascontiguousarray(X, dtype=dtype)
     perm = _permutation(seed, n_rows)
     futures: dict[str, Future] = {}
-    for w, (start, stop) in _bounds(counts).items():
-        ids = perm[start:stop].copy()
-        rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
-        shard = Shard(
-            X=_as_features(rows, dtype),
-            y=None if y is None else np.ascontiguousarray(y[ids]),
-            row_ids=ids,
-        )
-        # direct=True: driver -> worker, not through the scheduler; hash=False: no
-        # tokenising (hashing) of the whole shard.
-        futures[w] = client.scatter(shard, workers=[w], direct=True, hash=False)
-        del shard, rows
+    # One shard is sent (a helper thread waits on the scatter) while the next is gathered:
+    # the two overlap, at the cost of holding two shards instead of one on the driver.
+    # Measured on KDD with both changes: staging took 0.23 s instead of 0.30 s (medians
+    # of 8, interleaved; the sends alone took 0.10-0.13 s).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-stage") as sender:
+        sending: tuple[str, Any] | None = None
+        for w, (start, stop) in _bounds(counts).items():
+            ids = perm[start:stop].copy()
+            rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
+            shard = Shard(
+                X=_as_features(rows, dtype),
+                y=None if y is None else np.ascontiguousarray(y[ids]),
+                row_ids=ids,
+            )
+            if sending is not None:
+                futures[sending[0]] = sending[1].result()
+            # direct=True: driver -> worker, not through the scheduler; hash=False: no
+            # tokenising (hashing) of the whole shard.
+            sending = (
+                w,
+                sender.submit(client.scatter, shard, workers=[w], direct=True, hash=False),
+            )
+            del shard, rows
+        if sending is not None:
+            futures[sending[0]] = sending[1].result()
     return StagedData(
         client, futures, counts, n_features, feature_names, y is not None, seed, "memory"
     )
