@@ -106,16 +106,16 @@ def ratio_lines(results, target: float, targets: bool = True) -> list[str]:
         elif t_b is None:
             lines.append(
                 f"time to target: hmdspt {t_h:.1f} s; {base} did not reach it within "
-                f"its {by[base].wall_s:.0f} s run (ratio < {t_h / by[base].wall_s:.2f})"
+                f"its {by[base].train_s:.0f} s run (ratio < {t_h / by[base].train_s:.2f})"
                 + goal(f"<= {limit}")
             )
         else:
             lines.append(
-                f"time to target: hmdspt / {base} = {t_h:.1f} / {t_b:.1f} s = "
+                f"time to target: hmdspt / {base} = {t_h:.2f} / {t_b:.2f} s = "
                 f"{t_h / t_b:.2f}" + goal(f"<= {limit}")
             )
-            # Runs are scored at most every eval_interval_s: the baseline crossed the
-            # target somewhere after its last score below it.
+            # Runs are scored with a relative resolution (TrainerConfig.eval_resolution):
+            # the baseline crossed the target somewhere after its last score below it.
             before = [t for t, acc in by[base].curve if t < t_b and acc < target]
             if before:
                 lines.append(
@@ -252,8 +252,9 @@ def communication(client, jobs: dict, out_dir: Path) -> list[str]:
 
     ``jobs`` maps a name to ``(data, params, target, rounds_per_epoch)``. For each, every
     method trains the same model from the same seed, scored on a fixed sample of the test
-    set after every round (the trainer scores at most every ``eval_interval_s``; the
-    table says how many rounds were scored).
+    set after rounds (the trainer's relative resolution in time,
+    ``TrainerConfig.eval_resolution``, decides which; the table says how many rounds were
+    scored).
     """
     lines, curves = [], {}
     for name, (data, params, target, rounds_per_epoch) in jobs.items():

@@ -280,7 +280,16 @@ class _BaseBPNN(BaseEstimator):
     def _eval_score(self) -> float | None:
         if self._eval_set is None:
             return None
-        return self._score_unchecked(*self._eval_set)
+        start = time.perf_counter()
+        try:
+            return self._score_unchecked(*self._eval_set)
+        finally:
+            # Scoring eval_set is the caller's measurement, not training: not counted in
+            # eval_curve_'s times nor in max_seconds.
+            self._eval_seconds += time.perf_counter() - start
+
+    def _training_seconds(self) -> float:
+        return time.perf_counter() - self._fit_start - self._eval_seconds
 
     @staticmethod
     def _to_model_dtype(X, dtype: np.dtype):
@@ -376,6 +385,7 @@ class _BaseBPNN(BaseEstimator):
         self.n_iter_ = 0
         self.eval_curve_ = []
         self._fit_start = time.perf_counter()
+        self._eval_seconds = 0.0
         try:
             if self.client is not None:
                 if incremental:
@@ -399,8 +409,9 @@ class _BaseBPNN(BaseEstimator):
                     self._record_eval(self._eval_score())
                     if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
                         break
-                    if self.max_seconds is not None and (
-                        time.perf_counter() - self._fit_start >= self.max_seconds
+                    if (
+                        self.max_seconds is not None
+                        and self._training_seconds() >= self.max_seconds
                     ):
                         break
                     if incremental:
@@ -412,7 +423,7 @@ class _BaseBPNN(BaseEstimator):
 
     def _record_eval(self, score: float | None) -> float | None:
         if score is not None:
-            self.eval_curve_.append((time.perf_counter() - self._fit_start, score))
+            self.eval_curve_.append((self._training_seconds(), score))
         return score
 
     def _end_epoch(self, loss: float, n_samples: int, X_val, y_val) -> bool:
@@ -662,7 +673,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         append to, or a folder in which ``<run_id>.jsonl`` is written.
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
-        passed this many seconds; the last epoch of a cluster fit may then be partial.
+        passed this many seconds of training (scoring ``eval_set`` not counted); the
+        last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
         Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
         and block-momentum state, scores, round and epoch counters; the last two files
@@ -708,7 +720,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     out_activation_ : str
         Output activation ("softmax" or "logistic").
     eval_curve_ : list of (float, float)
-        ``(seconds since the fit began, score)`` on ``eval_set`` when one was given.
+        ``(seconds of training since the fit began, score)`` on ``eval_set`` when one
+        was given; the time spent scoring ``eval_set`` is not counted.
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).
@@ -948,7 +961,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         append to, or a folder in which ``<run_id>.jsonl`` is written.
     max_seconds : float, default=None
         Stop after the epoch (in-process) or round (cluster) during which the fit
-        passed this many seconds; the last epoch of a cluster fit may then be partial.
+        passed this many seconds of training (scoring ``eval_set`` not counted); the
+        last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
         Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
         and block-momentum state, scores, round and epoch counters; the last two files
@@ -992,7 +1006,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     out_activation_ : str
         Output activation ("identity").
     eval_curve_ : list of (float, float)
-        ``(seconds since the fit began, score)`` on ``eval_set`` when one was given.
+        ``(seconds of training since the fit began, score)`` on ``eval_set`` when one
+        was given; the time spent scoring ``eval_set`` is not counted.
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).

@@ -108,11 +108,16 @@ class TrainerConfig:
     seed : int
         Seeds staging, row orders and the pilot.
     max_seconds : float or None
-        Stop after the round during which the fit passed this many seconds (the last
-        epoch is then partial: its rows were not all processed).
-    eval_interval_s : float
-        Least seconds between two evaluations of ``evaluate`` (the last round of an
-        epoch is always evaluated), so bsp's many short rounds are not dominated by it.
+        Stop after the round during which the fit passed this many seconds of training
+        (:meth:`Trainer.training_seconds`: the time ``evaluate`` took is not counted; the
+        last epoch is then partial: its rows were not all processed).
+    eval_resolution : float
+        Relative resolution in time of the evaluations: after a round, ``evaluate`` runs
+        when the training seconds since its last run are at least this fraction of the
+        training seconds so far (the last round of an epoch is always evaluated). The
+        curve is dense where it moves fast, at the start, and bsp's many short rounds are
+        not evaluated one by one: about ``ln(T / t_round) / eval_resolution``
+        evaluations over a fit of ``T`` seconds.
     broadcast_timeout_s : float
         Longest wait for the broadcast of ``w_t``; past it, lost workers are looked for
         and recovered and the broadcast is retried.
@@ -158,7 +163,7 @@ class TrainerConfig:
     emulation: dict | None = None
     record_row_ids: bool = False
     broadcast_timeout_s: float = 20.0
-    eval_interval_s: float = 0.25
+    eval_resolution: float = 0.05
     max_seconds: float | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int = 1
@@ -189,6 +194,8 @@ class TrainerConfig:
             raise ValueError(f"reuse_speeds_s must be >= 0, got {self.reuse_speeds_s}")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if not self.eval_resolution >= 0:
+            raise ValueError(f"eval_resolution must be >= 0, got {self.eval_resolution}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
 
@@ -322,7 +329,8 @@ class Trainer:
         self.round_index = 0
         self.history: list[RoundRecord] = []
         self.rows_seen: dict[int, np.ndarray] = {}
-        self._last_eval = -np.inf
+        self._last_eval = -np.inf  # training seconds at the last evaluation
+        self._eval_s = 0.0  # seconds spent in evaluate, not counted as training
         self.active: set[str] = set()  # registered workers believed alive
         self._disturbed_epochs: set[int] = set()  # epochs in which rows were re-staged
         self._epoch = 0
@@ -601,9 +609,9 @@ class Trainer:
                 self._pilot_speed = len(sample) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
                 # The warm-started model is the fit's model from now until round one ends:
                 # scored like a round's, so the accuracy curve starts where training does.
-                # Not counted by eval_interval_s: it would skip round one's score when that
+                # Not counted by eval_resolution: it would skip round one's score when that
                 # round is short (a ramp round), and round one is where the curve moves most.
-                pilot_score = None if evaluate is None else float(evaluate())
+                pilot_score = None if evaluate is None else self._timed(evaluate)
                 if self.log is not None:
                     self.log.warm_start(len(sample), cfg.warm_start_epochs, t_pilot, pilot_score)
             rounds_per_epoch = (
@@ -889,19 +897,30 @@ class Trainer:
             self._recover(lost)
         return record
 
+    def training_seconds(self) -> float:
+        """Seconds since the trainer was made, less the time ``evaluate`` took."""
+        return time.perf_counter() - self._start - self._eval_s
+
     def _out_of_time(self) -> bool:
         """Whether the time budget is spent (checked before a round, which then is last)."""
         limit = self.config.max_seconds
-        return limit is not None and time.perf_counter() - self._start >= limit
+        return limit is not None and self.training_seconds() >= limit
+
+    def _timed(self, evaluate: Callable[[], float]) -> float:
+        start = time.perf_counter()
+        try:
+            return float(evaluate())
+        finally:
+            self._eval_s += time.perf_counter() - start
 
     def _evaluate(self, evaluate: Callable[[], float] | None, force: bool) -> float | None:
         if evaluate is None:
             return None
-        now = time.perf_counter()
-        if not force and now - self._last_eval < self.config.eval_interval_s:
+        now = self.training_seconds()
+        if not force and now - self._last_eval < self.config.eval_resolution * now:
             return None
         self._last_eval = now
-        score = float(evaluate())
+        score = self._timed(evaluate)
         self.history[-1].val_score = score
         return score
 

@@ -235,6 +235,49 @@ def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path
     assert times == sorted(times)
 
 
+def test_time_spent_evaluating_is_not_training_time(client, data):
+    """Scoring held-out data is the caller's measurement: it does not fill the time box."""
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    sleep_s, calls = 0.2, []
+
+    def slow_evaluate():
+        calls.append(trainer.training_seconds())
+        time.sleep(sleep_s)
+        return 0.5
+
+    made = time.perf_counter()
+    trainer = _trainer(client, 20, 3, rounds_per_epoch=4, max_seconds=0.6, probe_seconds=0.1)
+    trainer.fit(X, Y, max_epochs=1000, evaluate=slow_evaluate)
+    elapsed = time.perf_counter() - made
+    assert len(calls) >= 3
+    assert trainer.training_seconds() <= elapsed - sleep_s * len(calls)
+    # The box closed on training seconds, however long the evaluations slept.
+    assert trainer.training_seconds() >= 0.6
+    assert calls == sorted(calls)
+
+
+@pytest.mark.parametrize("resolution", [0.0, 1e9])
+def test_eval_resolution_decides_which_rounds_are_scored(client, data, resolution):
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    trainer = _trainer(
+        client, 20, 3, rounds_per_epoch=5, eval_resolution=resolution, probe_seconds=0.1
+    )
+    trainer.fit(X, Y, max_epochs=2, evaluate=lambda: 0.5)
+    scored = [r.val_score is not None for r in trainer.history]
+    if resolution == 0:
+        assert all(scored)  # every round
+    else:
+        # Only the first round (nothing scored before it) and every epoch's last one.
+        last_of_epoch = [
+            i == len(trainer.history) - 1 or trainer.history[i + 1].epoch > r.epoch
+            for i, r in enumerate(trainer.history)
+        ]
+        expected = [i == 0 or last for i, last in enumerate(last_of_epoch)]
+        assert scored == expected and sum(scored) < len(scored)
+
+
 def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data):
     import dask.array as da
 
