@@ -394,8 +394,9 @@ def main(argv=None) -> None:
             # scatters by about a point (sd 0.009-0.0105 over 5 runs), so HMDSPT's is
             # averaged over 8 runs. The in-process reference scatters as much from seed to
             # seed (12 seeds: mean 0.8729, sd 0.0117, 0.8505-0.8865; seed 0 was the
-            # highest), so the fits are also compared seed by seed (seed_lines). An HAR epoch is ~0.15 s, far from the second a round
-            # should carry, so HAR runs with the estimator's default 4 rounds per epoch;
+            # highest), so the fits are also compared seed by seed (seed_lines). An HAR
+            # epoch is ~0.15 s, far from the second a round should carry, so HAR runs
+            # with the estimator's default 4 rounds per epoch;
             # with 1 its 15 epochs are 18 merges, and its accuracy fell further behind the
             # in-process fit (mean of 8 runs each: -1.00 vs -0.34 points; of 5: -1.29 vs
             # -0.49).

@@ -279,7 +279,8 @@ def format_table(results: list[RunResult], target: float) -> str:
 
 
 def plot(results: list[RunResult], target: float, path: str | Path, title: str) -> Path:
-    """PNG: fastest worker's idle % and held-out accuracy against wall time, per run."""
+    """PNG: fastest worker's idle % against wall time and held-out accuracy against
+    seconds of training (scoring not counted), per run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,13 +295,17 @@ def plot(results: list[RunResult], target: float, path: str | Path, title: str) 
             t, acc = zip(*r.curve)
             ax_acc.plot(t, acc, label=r.name, marker=".", lw=1.2)
     ax_idle.set(
-        xlabel="wall time (s)",
+        xlabel="wall time (s, from the run log)",
         ylabel="fastest worker idle (% of round)",
         title="idle time of the fastest worker",
         ylim=(0, 100),
     )
     ax_acc.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.3f}")
-    ax_acc.set(xlabel="wall time (s)", ylabel="held-out accuracy", title="accuracy over time")
+    ax_acc.set(
+        xlabel="seconds of training (scoring not counted)",
+        ylabel="held-out accuracy",
+        title="accuracy over time",
+    )
     for ax in (ax_idle, ax_acc):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
