@@ -170,6 +170,8 @@ def test_split_and_concat_keep_every_row():
 # --------------------------------------------------------------------------- staging
 SOURCES = [
     "numpy",
+    "numpy-fortran",
+    "numpy-float64-fortran",
     "pandas-target",
     "pandas-X-y",
     "dask-array",
@@ -186,6 +188,10 @@ def make_source(kind, data, files):
     X, y, df = data
     if kind == "numpy":
         return (X, y), {}
+    if kind == "numpy-fortran":  # gathered from a C-ordered copy
+        return (np.asfortranarray(X), y), {}
+    if kind == "numpy-float64-fortran":
+        return (np.asfortranarray(X, dtype=np.float64), y), {}
     if kind == "pandas-target":
         return (df,), {"target": "label"}
     if kind == "pandas-X-y":
