@@ -790,8 +790,8 @@ def stage(
     every page anyway).
 
     In-memory arrays are cut on the driver, one shard gathered while the previous one is
-    sent, so the driver holds up to two shards beside ``X``; an ``X`` that is not
-    C-contiguous (a Fortran-ordered array, a column slice) is first copied in C order.
+    sent, so the driver holds up to two shards beside ``X``. Rows gather fastest from a
+    C-contiguous ``X`` (from a Fortran-ordered one each row is strided over the array).
     """
     dtype = np.dtype(dtype)
     if seed is None:
@@ -839,19 +839,16 @@ def _stage_memory(
         raise ValueError("no rows to stage")
     n_features = 1 if X.ndim == 1 else X.shape[1]
     counts = _resolve_counts(client, counts, n_rows)
-    if isinstance(X, np.ndarray) and X.ndim == 2 and not X.flags.c_contiguous:
-        # A row of a Fortran-ordered array is strided over the whole array, so a random
-        # gather touches a cache line per value. Measured for KDD (494,021 x 41 float32,
-        # Fortran order as its npz stores it, 3 shards): the gathers took 0.18 s, and
-        # 0.07 s from a C-ordered copy that took 0.04 s to make (medians of 8). The copy
-        # lives while staging runs.
-        X = np.ascontiguousarray(X, dtype=dtype)
     perm = _permutation(seed, n_rows)
     futures: dict[str, Future] = {}
     # One shard is sent (a helper thread waits on the scatter) while the next is gathered:
     # the two overlap, at the cost of holding two shards instead of one on the driver.
-    # Measured on KDD with both changes: staging took 0.23 s instead of 0.30 s (medians
-    # of 8, interleaved; the sends alone took 0.10-0.13 s).
+    # Measured on KDD (494,021 x 41 float32, 3 shards; medians of interleaved runs):
+    # 0.17 s instead of 0.19 s from a C-ordered X, as the estimator passes it (10 runs);
+    # 0.22-0.26 s instead of 0.28-0.30 s from the Fortran-ordered X its npz holds, whose
+    # strided rows make the gathers 0.18 s (6 and 8 runs). Gathering from a C-ordered
+    # copy of such an X was faster again, but the copy tripled the staging benchmark's
+    # driver peak, and X is the user's, in memory already.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-stage") as sender:
         sending: tuple[str, Any] | None = None
         for w, (start, stop) in _bounds(counts).items():
