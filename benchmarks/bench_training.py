@@ -232,11 +232,14 @@ def compare_on(
             efficiency.append(figures["efficiency"])
         ref = by["bpnn-in-process"].final_accuracy
         mean, std = float(np.mean(finals)), float(np.std(finals, ddof=1))
+        # With a seed-by-seed comparison to follow, the criterion is judged there: the
+        # in-process reference here is one seed's draw.
+        verdict = "see the seed-by-seed comparison" if accuracy_seeds else "target within 1"
         print(
             f"  hmdspt final accuracy over {accuracy_runs} runs (same seed, runs differ by "
             f"timing): {', '.join(f'{a:.4f}' for a in finals)}; mean {mean:.4f} "
-            f"(sd {std:.4f}) vs in-process {ref:.4f} ({100 * (mean - ref):+.2f} points; "
-            "target within 1)"
+            f"(sd {std:.4f}, standard error {100 * std / np.sqrt(accuracy_runs):.2f} points) "
+            f"vs in-process {ref:.4f} ({100 * (mean - ref):+.2f} points; {verdict})"
         )
         print(
             f"  hmdspt over the same {accuracy_runs} runs: fastest worker idle "
@@ -411,7 +414,7 @@ def main(argv=None) -> None:
                 OUT,
                 accuracy_runs=8,
                 targets=False,
-                accuracy_seeds=8,
+                accuracy_seeds=12,
             )
             comm_jobs["har-windows"] = (har, har_params, har_target, har_rpe)
         communication(client, comm_jobs, OUT)
