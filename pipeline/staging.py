@@ -647,29 +647,39 @@ def wait_some(
     return set(done), set(not_done)
 
 
-def _wait_ok(futures: Iterable[Future], poll_s: float = 0.5) -> None:
+def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 0.5) -> None:
     """Wait for the futures and re-raise the first worker-side error, without gathering.
 
-    Waits in short slices: a task pinned to a worker that has left would otherwise wait
-    forever, so a worker leaving the cluster meanwhile raises :class:`WorkerLostError`.
+    ``workers`` are the addresses the tasks are pinned to (or depend on). A pinned task
+    whose worker has left waits forever, so the wait is cut into short slices and each
+    slice checks that every one of ``workers`` is still in the cluster, the first check
+    before any waiting: a worker can leave between the caller's plan and this call, and
+    comparing with a snapshot taken here would never see that one go (a fit hung so,
+    in a re-balance planned just as a SLURM worker reached its ``--lifetime``).
+
+    Raises
+    ------
+    WorkerLostError
+        One of ``workers`` is not (or no longer) in the cluster.
     """
     futures = list(futures)
+    needed = set(workers)
     if not futures:
         return
     client = futures[0].client
-    present = set(scheduler_workers(client))
     pending = futures
-    while pending:
+    while True:
+        gone = needed - set(scheduler_workers(client))
+        if gone:
+            raise WorkerLostError(
+                f"worker {', '.join(sorted(gone))} left the cluster during staging"
+            )
+        if not pending:
+            break
         try:
             _, pending = wait_some(pending, poll_s)
         except Exception:  # cancelled futures: reported below
             pending = [f for f in pending if f.status == "pending"]
-        if pending:
-            gone = present - set(scheduler_workers(client))
-            if gone:
-                raise WorkerLostError(
-                    f"worker {', '.join(sorted(gone))} left the cluster during staging"
-                )
     for fut in futures:
         if fut.status == "error":
             fut.result()  # raises the task's exception; an errored future carries no data
@@ -960,7 +970,7 @@ def _stage_dask(
             allow_other_workers=False,
             pure=False,
         )
-    _wait_ok(futures.values())
+    _wait_ok(futures.values(), futures)
     # The blocks and pieces are released when their futures go out of scope here.
     return StagedData(
         client, futures, counts, n_features, feature_names, y is not None, seed, "dask"
@@ -1015,7 +1025,7 @@ def _stage_path(
             allow_other_workers=False,
             pure=False,
         )
-    _wait_ok(futures.values())
+    _wait_ok(futures.values(), futures)
     return StagedData(client, futures, counts, n_features, names, has_y, seed, f"{kind}:{path}")
 
 
@@ -1138,6 +1148,10 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
     ValueError
         A move from a worker that does not have the rows, to an unknown worker, to
         itself, or with a negative row count. The plan is checked before anything runs.
+    WorkerLostError
+        A worker the plan moves rows from or to is not, or is no longer, in the cluster
+        (checked before anything runs and while the moves run). The old placement is
+        untouched: its shards on the surviving workers are still valid.
     """
     moves = [(m.source, m.destination, m.rows) for m in moves]
     workers = set(_cluster_workers(client))
@@ -1153,6 +1167,8 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
             raise ValueError(
                 f"move of {rows} rows from {src!r}, which holds {avail.get(src, 0)} at that point"
             )
+        if rows and src not in workers:
+            raise WorkerLostError(f"worker {src} left the cluster before its rows could move")
         avail[src] = avail.get(src, 0) - int(rows)
         avail[dst] = avail.get(dst, 0) + int(rows)
 
@@ -1181,7 +1197,8 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
     # tasks need them; the driver never holds a slice's result.
     incoming.clear()
     futures = {w: f for w, f in current.items() if f is not None and held.get(w, 0) > 0}
-    _wait_ok(futures.values())
+    involved = {w for src, dst, rows in moves if rows for w in (src, dst)}
+    _wait_ok(futures.values(), involved)
     for w, old in staged.futures.items():
         if futures.get(w) is not old:
             old.release()
@@ -1258,7 +1275,7 @@ def add_rows(
         old = futures.get(worker)
         futures[worker] = merged
         counts[worker] = counts.get(worker, 0) + len(ids)
-        _wait_ok([merged])
+        _wait_ok([merged], [worker])
         if old is not None:
             old.release()
         piece.release()

@@ -407,6 +407,47 @@ def test_rebalance_checks_the_whole_plan_before_running(client, workers, data):
         staged.release()
 
 
+@pytest.mark.timeout(90)
+def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
+    """A worker that leaves between a plan and its staging wait ends the wait at once.
+
+    The trainer plans a re-balance from the workers it knew at the start of the round;
+    a SLURM worker reaching its ``--lifetime`` can retire in between. Tasks pinned to it
+    then never run, and a wait that only watched for workers leaving *during* it hung.
+    Own cluster: the module's workers must stay.
+    """
+    X, y, _ = data
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        a, b = sorted(scheduler_workers(client))
+        staged = stage(client, X, y, counts={a: 2000, b: 1000})
+        # A graceful retirement, as --lifetime does: b's shard is copied to a, b leaves.
+        client.retire_workers([b], close_workers=True)
+        while b in scheduler_workers(client):
+            time.sleep(0.1)
+
+        with pytest.raises(staging.WorkerLostError, match="left the cluster"):
+            rebalance(client, staged, [Move(b, a, 500)])
+        assert staged.counts == {a: 2000, b: 1000}  # the old placement is not replaced
+        assert staged.futures[a].status == "finished"
+
+        # The wait itself, for a task already pinned to the departed worker.
+        stuck = client.submit(len, [1], workers=[b], allow_other_workers=False, pure=False)
+        with pytest.raises(staging.WorkerLostError, match=b):
+            staging._wait_ok([stuck], [b])
+        stuck.cancel()
+        staged.release()
+
+
 # --------------------------------------------------------------------------- errors
 def test_missing_path_is_named(client, tmp_path):
     missing = tmp_path / "nope.parquet"
