@@ -44,6 +44,10 @@ from .worker_tasks import RoundSpec, drop_run_state, remembered_speed, round_tas
 SYNC_MODES = ("hmdspt", "local", "bsp")
 PARTITION_MODES = ("proportional", "equal")
 COMPRESSION_MODES = ("none", "float16", "topk")
+# Longest a single scatter of w_t waits for its worker to be running: distributed's
+# direct scatter polls for that until its timeout, which kept a fit waiting the whole
+# broadcast timeout for a worker that had retired meanwhile (see Trainer._broadcast).
+SCATTER_WAIT_S = 0.5
 
 
 class TrainingError(RuntimeError):
@@ -119,8 +123,10 @@ class TrainerConfig:
         not evaluated one by one: about ``ln(T / t_round) / eval_resolution``
         evaluations over a fit of ``T`` seconds.
     broadcast_timeout_s : float
-        Longest wait for the broadcast of ``w_t``; past it, lost workers are looked for
-        and recovered and the broadcast is retried.
+        Longest wait for a worker to take the broadcast of ``w_t``. Workers that left
+        meanwhile are recovered as soon as they are seen gone; one still in the cluster
+        but not running tasks (paused, or retiring without leaving) fails the fit after
+        this long.
     record_row_ids : bool
         Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
         counts, per epoch, how often each row was processed (for audits and tests).
@@ -924,32 +930,60 @@ class Trainer:
         self.history[-1].val_score = score
         return score
 
-    def _broadcast(self, attempts: int = 3) -> dict[str, Any]:
+    def _broadcast(self) -> dict[str, Any]:
         """Send ``w_t`` once to every staged worker; a future per worker.
 
         Scattered directly to each worker rather than with ``broadcast=True``: Dask's
         broadcast replication kept retrying a killed worker's stale address every 30 s
         (measured: a fit hung there), while a direct transfer to a dead worker fails
-        within the connect timeout. A failure looks for lost workers, recovers their
-        rows, and tries again.
+        within the connect timeout.
+
+        A direct scatter also waits, for as long as its timeout, while its worker is
+        not *running*: one that is retiring (``--lifetime`` reached, or retired by the
+        cluster) or paused, or that has already left. Each scatter therefore waits only
+        :data:`SCATTER_WAIT_S`; workers that did not take ``w_t`` are looked up, those
+        that left are recovered (their rows re-staged onto the others, which keep the
+        ``w_t`` they got) and the broadcast goes on. A worker that stays in the cluster
+        without running fails the fit after ``broadcast_timeout_s``, named with its
+        status. (Measured before: a SLURM worker retiring at ``--lifetime`` between the
+        membership check and the broadcast cost a full 20 s timeout.)
         """
-        for attempt in range(attempts):
-            try:
-                return {
-                    addr: self.client.scatter(
+        deadline = time.monotonic() + self.config.broadcast_timeout_s
+        sent: dict[str, Any] = {}
+        while True:
+            for addr in sorted(set(self.staged.futures) - set(sent)):
+                try:
+                    sent[addr] = self.client.scatter(
                         self.model.params,
                         workers=[addr],
                         direct=True,
                         hash=False,
-                        timeout=self.config.broadcast_timeout_s,
+                        timeout=SCATTER_WAIT_S,
                     )
-                    for addr in sorted(self.staged.futures)
-                }
-            except Exception:
-                if attempt == attempts - 1:
-                    raise
-                self._sync_membership(grace_s=5.0)
-        raise AssertionError("unreachable")
+                except Exception:
+                    pass  # not running, left, or died unnoticed: looked into below
+            missing = set(self.staged.futures) - set(sent)
+            if not missing:
+                return {addr: sent[addr] for addr in sorted(self.staged.futures)}
+            gone = self._gone(missing, grace_s=min(1.0, max(deadline - time.monotonic(), 0)))
+            if gone:
+                self._recover(gone)  # raises when nobody is left
+                stale = [f for a, f in sent.items() if a not in self.staged.futures]
+                if stale:
+                    self.client.cancel(stale)
+                sent = {a: f for a, f in sent.items() if a in self.staged.futures}
+            elif time.monotonic() >= deadline:
+                self.client.cancel(list(sent.values()))
+                info = staging.scheduler_workers(self.client)
+                states = ", ".join(
+                    f"{self._names.get(a, a)} ({info.get(a, {}).get('status', 'gone')})"
+                    for a in sorted(missing)
+                )
+                raise TrainingError(
+                    f"could not send the model to worker {states} for "
+                    f"{self.config.broadcast_timeout_s:g} s in round {self.round_index}: "
+                    "it stays in the cluster but does not run tasks"
+                )
 
     def _live(self) -> set[str]:
         return set(staging.scheduler_workers(self.client))

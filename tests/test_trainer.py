@@ -181,6 +181,59 @@ def test_a_killed_worker_is_survived_without_losing_rows(tmp_path):
     assert accuracy >= undisturbed - 0.01, (accuracy, undisturbed)
 
 
+class _RetiresAWorkerAfterTheMembershipCheck(Trainer):
+    """A trainer whose cluster retires a worker just after the round's membership check.
+
+    Real retirement (what ``--lifetime`` does), at the one moment that used to cost a
+    whole broadcast timeout: distributed's direct scatter waits for a *running* worker,
+    and a retired one never runs again.
+    """
+
+    retire_in_round = 3
+
+    def _sync_membership(self, grace_s: float = 0.0) -> None:
+        super()._sync_membership(grace_s)
+        if self.round_index == self.retire_in_round and not getattr(self, "retired", None):
+            self.retired = sorted(self.staged.futures)[-1]
+            self.client.retire_workers([self.retired], close_workers=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_retired_before_the_broadcast_is_recovered_not_waited_for(tmp_path):
+    X, y = make_classification(
+        n_samples=6000, n_features=20, n_informative=12, n_classes=3, random_state=0
+    )
+    Y = np.eye(3, dtype=np.float32)[y]
+    log = tmp_path / "retire.jsonl"
+    model = MLP((20, 32, 3))
+    model.initialize(np.random.RandomState(0))
+    # A broadcast timeout far beyond the test's: waiting it out is a failure.
+    config = TrainerConfig(
+        rounds_per_epoch=3,
+        record_row_ids=True,
+        run_log=str(log),
+        probe_seconds=0.3,
+        broadcast_timeout_s=600.0,
+    )
+    with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as c:
+        trainer = _RetiresAWorkerAfterTheMembershipCheck(
+            c, model, dict(solver="adam", learning_rate_init=0.003), 128, config
+        )
+        trainer.fit(X, Y, max_epochs=4)
+    events = read_events(log)
+    lost = [e for e in events if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["round"] == trainer.retire_in_round
+    victim = trainer._names[trainer.retired]
+    assert lost[0]["worker"] == victim
+    assert events[-1]["status"] == "completed"
+    later = [e for e in events if e["event"] == "round" and e["round"] > lost[0]["round"]]
+    assert later and all(victim not in e["workers"] for e in later)
+    for epoch, seen in trainer.rows_seen.items():
+        if epoch > max(trainer._disturbed_epochs):
+            assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
+    assert sum(trainer.final_counts.values()) == trainer.n_rows
+
+
 def test_losing_every_worker_ends_the_fit_with_a_clear_error(tmp_path):
     X, y = make_classification(n_samples=20000, n_features=20, n_classes=2, random_state=0)
     log = tmp_path / "lost.jsonl"
