@@ -42,6 +42,7 @@ range would be cheaper on I/O but would give each worker a contiguous, biased bl
 from __future__ import annotations
 
 import os
+import time
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,8 +57,10 @@ from distributed import Client, Future, wait
 __all__ = [
     "Shard",
     "StagedData",
+    "WorkerLostError",
     "equal_counts",
     "rebalance",
+    "scatter_to",
     "scheduler_workers",
     "stage",
     "wait_some",
@@ -533,7 +536,9 @@ class StagedData:
         """
         if not self.has_labels:
             raise ValueError("the staged data has no labels")
-        parts = self.client.gather(list(self.map_shards(_unique_labels).values()))
+        futures = self.map_shards(_unique_labels)
+        _wait_ok(futures.values(), futures)  # a pinned task whose worker left: raise, not hang
+        parts = self.client.gather(list(futures.values()))
         return np.unique(np.concatenate([p for p in parts if p is not None]))
 
     def release(self) -> None:
@@ -685,6 +690,39 @@ def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 
             fut.result()  # raises the task's exception; an errored future carries no data
         elif fut.status != "finished":
             raise RuntimeError(f"staging task {fut.key} ended as {fut.status!r}")
+
+
+def scatter_to(
+    client: Client, data: Any, worker: str, timeout: float = 30.0, poll_s: float = 0.5
+) -> Future:
+    """Scatter ``data`` straight to ``worker`` (no hashing); a future pinned there.
+
+    distributed's direct scatter waits, for as long as its timeout, until the worker
+    *runs*; one that is retiring or has left never will. Here each attempt waits
+    ``poll_s`` and then checks that the worker is still in the cluster.
+
+    Raises
+    ------
+    WorkerLostError
+        ``worker`` left the cluster (or was never in it).
+    TimeoutError
+        ``worker`` stayed in the cluster for ``timeout`` seconds without running tasks
+        (paused for memory, or retiring without leaving).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.scatter(data, workers=[worker], direct=True, hash=False, timeout=poll_s)
+        except TimeoutError as exc:
+            exc.__traceback__ = None  # see wait_some: the cycle would keep data alive
+        info = scheduler_workers(client).get(worker)
+        if info is None:
+            raise WorkerLostError(f"worker {worker} left the cluster during staging")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"worker {worker} took no data for {timeout:g} s: it is in the cluster but "
+                f"not running tasks (status {info.get('status', 'unknown')!r})"
+            )
 
 
 def _is_dask(obj: Any) -> bool:
@@ -871,11 +909,11 @@ def _stage_memory(
             )
             if sending is not None:
                 futures[sending[0]] = sending[1].result()
-            # direct=True: driver -> worker, not through the scheduler; hash=False: no
-            # tokenising (hashing) of the whole shard.
+            # Driver -> worker, not through the scheduler, and without tokenising
+            # (hashing) the whole shard.
             sending = (
                 w,
-                sender.submit(client.scatter, shard, workers=[w], direct=True, hash=False),
+                sender.submit(scatter_to, client, shard, w),
             )
             del shard, rows
         if sending is not None:
@@ -1222,6 +1260,7 @@ def _held_ids(shard: Shard) -> np.ndarray:
 def held_row_ids(staged: StagedData) -> dict[str, np.ndarray]:
     """Source row ids each worker holds (only the ids travel to the driver)."""
     futures = staged.map_shards(_held_ids)
+    _wait_ok(futures.values(), futures)  # a pinned task whose worker left: raise, not hang
     return dict(zip(futures, staged.client.gather(list(futures.values())), strict=True))
 
 
@@ -1250,10 +1289,19 @@ def add_rows(
     indexed by row id) straight to their new worker and are appended there, so the
     exactly-one-worker-per-row invariant holds again. The appended rows arrive with
     ``done`` False (due again in the running epoch).
+
+    Raises
+    ------
+    WorkerLostError
+        A receiving worker left the cluster. ``staged`` is left whole (nothing of it
+        was released), so the rows can be assigned again among the remaining workers.
     """
     dtype = np.dtype(dtype)
     futures = dict(staged.futures)
     counts = dict(staged.counts)
+    # Released only once every merge is done: if a worker is lost midway, ``staged`` is
+    # still whole and the caller can recover from it.
+    replaced: list[Future] = []
     for worker, ids in assignment.items():
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
@@ -1263,7 +1311,7 @@ def add_rows(
             y=None if y is None else np.ascontiguousarray(np.asarray(y)[ids]),
             row_ids=ids,
         )
-        piece = client.scatter(rows, workers=[worker], direct=True, hash=False)
+        piece = scatter_to(client, rows, worker)
         merged = client.submit(
             _concat_shards,
             futures.get(worker),
@@ -1272,11 +1320,12 @@ def add_rows(
             allow_other_workers=False,
             pure=False,
         )
-        old = futures.get(worker)
+        if worker in futures:
+            replaced.append(futures[worker])
         futures[worker] = merged
         counts[worker] = counts.get(worker, 0) + len(ids)
         _wait_ok([merged], [worker])
-        if old is not None:
-            old.release()
         piece.release()
+    for old in replaced:
+        old.release()
     return replace(staged, futures=futures, counts=counts)

@@ -1037,6 +1037,22 @@ class Trainer:
                 f") in round {self.round_index}; nothing is left to train on"
             )
         start = time.perf_counter()
+        try:
+            missing = self._restage_missing(survivors)
+        except staging.WorkerLostError:
+            # Another worker left while rows were counted or re-staged; ``staged`` is
+            # still whole (add_rows releases nothing until it succeeds): start again.
+            more = self._gone(self.active | set(self.staged.futures), grace_s=5.0)
+            if not more:
+                raise
+            self._recover(more)
+            return
+        self._log_partition(
+            self.round_index, [], time.perf_counter() - start, restaged=int(len(missing))
+        )
+
+    def _restage_missing(self, survivors: list[str]) -> np.ndarray:
+        """Give the rows no worker holds to ``survivors``, by score; the ids re-staged."""
         held = staging.held_row_ids(self.staged)
         have = np.concatenate(list(held.values())) if held else np.empty(0, np.int64)
         missing = np.setdiff1d(np.arange(self.n_rows), have, assume_unique=True)
@@ -1053,9 +1069,7 @@ class Trainer:
                 self.client, self.staged, self._X, self._Y, assignment, dtype=self.model.dtype
             )
             self._disturbed_epochs.add(self._epoch)
-        self._log_partition(
-            self.round_index, [], time.perf_counter() - start, restaged=int(len(missing))
-        )
+        return missing
 
     def _join(self, joined: set[str]) -> None:
         """Probe workers that joined, give them a score; rows follow at the next re-balance."""

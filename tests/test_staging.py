@@ -445,6 +445,15 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
         with pytest.raises(staging.WorkerLostError, match=b):
             staging._wait_ok([stuck], [b])
         stuck.cancel()
+
+        # Re-staging onto a departed worker fails without spoiling the placement it
+        # started from: a's shard, already merged with new rows, is still there as it was.
+        survivors = staging.drop_workers(staged, [b])
+        before = staging.held_row_ids(survivors)[a]
+        with pytest.raises(staging.WorkerLostError, match=b):
+            staging.add_rows(client, survivors, X, y, {a: np.arange(10), b: np.arange(10, 20)})
+        gc.collect()
+        np.testing.assert_array_equal(staging.held_row_ids(survivors)[a], before)
         staged.release()
 
 
