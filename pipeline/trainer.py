@@ -950,6 +950,7 @@ class Trainer:
         """
         deadline = time.monotonic() + self.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
+        errors: dict[str, Exception] = {}
         while True:
             for addr in sorted(set(self.staged.futures) - set(sent)):
                 try:
@@ -960,8 +961,8 @@ class Trainer:
                         hash=False,
                         timeout=SCATTER_WAIT_S,
                     )
-                except Exception:
-                    pass  # not running, left, or died unnoticed: looked into below
+                except Exception as exc:  # not running, left, or died unnoticed
+                    errors[addr] = exc
             missing = set(self.staged.futures) - set(sent)
             if not missing:
                 return {addr: sent[addr] for addr in sorted(self.staged.futures)}
@@ -975,14 +976,16 @@ class Trainer:
             elif time.monotonic() >= deadline:
                 self.client.cancel(list(sent.values()))
                 info = staging.scheduler_workers(self.client)
-                states = ", ".join(
-                    f"{self._names.get(a, a)} ({info.get(a, {}).get('status', 'gone')})"
+                states = "; ".join(
+                    f"{self._names.get(a, a)} (status {info.get(a, {}).get('status', 'gone')}, "
+                    f"last error {errors.get(a)!r})"
                     for a in sorted(missing)
                 )
                 raise TrainingError(
                     f"could not send the model to worker {states} for "
-                    f"{self.config.broadcast_timeout_s:g} s in round {self.round_index}: "
-                    "it stays in the cluster but does not run tasks"
+                    f"{self.config.broadcast_timeout_s:g} s in round {self.round_index}; "
+                    "it is still in the cluster but takes no data (paused for memory, "
+                    "retiring without leaving, or unreachable)"
                 )
 
     def _live(self) -> set[str]:

@@ -457,6 +457,35 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
         staged.release()
 
 
+@pytest.mark.timeout(60)
+def test_a_scatter_to_a_paused_worker_names_its_status_after_the_timeout():
+    """A worker that stays but runs nothing (paused for memory) ends the wait, named."""
+    with (
+        LocalCluster(
+            n_workers=1,
+            processes=False,  # the worker's memory manager is reachable from here
+            memory_limit="1GiB",
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        worker = next(iter(cluster.workers.values()))
+        memory = worker.memory_manager
+        usual = memory.memory_pause_fraction
+        memory.memory_pause_fraction = 1e-6  # any process is over it: the worker pauses
+        while scheduler_workers(client)[worker.address]["status"] != "paused":
+            time.sleep(0.05)
+        with pytest.raises(TimeoutError, match="status 'paused'"):
+            staging.scatter_to(client, np.arange(3), worker.address, timeout=1.0)
+        memory.memory_pause_fraction = usual
+        while scheduler_workers(client)[worker.address]["status"] != "running":
+            time.sleep(0.05)
+        sent = staging.scatter_to(client, np.arange(3), worker.address, timeout=1.0)
+        np.testing.assert_array_equal(sent.result(), np.arange(3))
+
+
 # --------------------------------------------------------------------------- errors
 def test_missing_path_is_named(client, tmp_path):
     missing = tmp_path / "nope.parquet"

@@ -6,13 +6,15 @@ import signal
 import threading
 import time
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
-from distributed import Client
+from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
+from pipeline import staging
 from pipeline.cluster import local_cluster
 from pipeline.estimator import BPNNClassifier
 from pipeline.nn import MLP
@@ -181,21 +183,40 @@ def test_a_killed_worker_is_survived_without_losing_rows(tmp_path):
     assert accuracy >= undisturbed - 0.01, (accuracy, undisturbed)
 
 
-class _RetiresAWorkerAfterTheMembershipCheck(Trainer):
-    """A trainer whose cluster retires a worker just after the round's membership check.
+class _ActsAfterTheMembershipCheck(Trainer):
+    """A trainer whose cluster changes just after a round's membership check.
 
-    Real retirement (what ``--lifetime`` does), at the one moment that used to cost a
-    whole broadcast timeout: distributed's direct scatter waits for a *running* worker,
-    and a retired one never runs again.
+    ``act(trainer, worker)`` runs once, in round ``act_in_round``, on the last staged
+    worker: the moment that used to cost a whole broadcast timeout, because
+    distributed's direct scatter waits for a *running* worker.
     """
 
-    retire_in_round = 3
+    act_in_round = 3
+
+    def __init__(self, *args, act, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.act, self.acted_on = act, None
 
     def _sync_membership(self, grace_s: float = 0.0) -> None:
         super()._sync_membership(grace_s)
-        if self.round_index == self.retire_in_round and not getattr(self, "retired", None):
-            self.retired = sorted(self.staged.futures)[-1]
-            self.client.retire_workers([self.retired], close_workers=True)
+        if self.round_index == self.act_in_round and self.acted_on is None:
+            self.acted_on = sorted(self.staged.futures)[-1]
+            self.act(self, self.acted_on)
+
+
+def _acting_trainer(client, log, act, **config):
+    model = MLP((20, 32, 3))
+    model.initialize(np.random.RandomState(0))
+    config = TrainerConfig(
+        rounds_per_epoch=3, record_row_ids=True, run_log=str(log), probe_seconds=0.3, **config
+    )
+    optimizer = dict(solver="adam", learning_rate_init=0.003)
+    return _ActsAfterTheMembershipCheck(client, model, optimizer, 128, config, act=act)
+
+
+def _retire(trainer, worker):
+    """What ``--lifetime`` does: a graceful retirement, the worker leaves."""
+    trainer.client.retire_workers([worker], close_workers=True)
 
 
 @pytest.mark.timeout(120)
@@ -205,25 +226,14 @@ def test_a_worker_retired_before_the_broadcast_is_recovered_not_waited_for(tmp_p
     )
     Y = np.eye(3, dtype=np.float32)[y]
     log = tmp_path / "retire.jsonl"
-    model = MLP((20, 32, 3))
-    model.initialize(np.random.RandomState(0))
-    # A broadcast timeout far beyond the test's: waiting it out is a failure.
-    config = TrainerConfig(
-        rounds_per_epoch=3,
-        record_row_ids=True,
-        run_log=str(log),
-        probe_seconds=0.3,
-        broadcast_timeout_s=600.0,
-    )
     with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as c:
-        trainer = _RetiresAWorkerAfterTheMembershipCheck(
-            c, model, dict(solver="adam", learning_rate_init=0.003), 128, config
-        )
+        # A broadcast timeout far beyond the test's: waiting it out is a failure.
+        trainer = _acting_trainer(c, log, _retire, broadcast_timeout_s=600.0)
         trainer.fit(X, Y, max_epochs=4)
     events = read_events(log)
     lost = [e for e in events if e["event"] == "worker_lost"]
-    assert len(lost) == 1 and lost[0]["round"] == trainer.retire_in_round
-    victim = trainer._names[trainer.retired]
+    assert len(lost) == 1 and lost[0]["round"] == trainer.act_in_round
+    victim = trainer._names[trainer.acted_on]
     assert lost[0]["worker"] == victim
     assert events[-1]["status"] == "completed"
     later = [e for e in events if e["event"] == "round" and e["round"] > lost[0]["round"]]
@@ -232,6 +242,37 @@ def test_a_worker_retired_before_the_broadcast_is_recovered_not_waited_for(tmp_p
         if epoch > max(trainer._disturbed_epochs):
             assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
     assert sum(trainer.final_counts.values()) == trainer.n_rows
+
+
+def _pause(cluster, trainer, worker):
+    """The worker stays in the cluster but runs nothing, as when it is over its memory."""
+    (held,) = [w for w in cluster.workers.values() if w.address == worker]
+    held.memory_manager.memory_pause_fraction = 1e-6
+    while staging.scheduler_workers(trainer.client)[worker]["status"] != "paused":
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_stays_without_running_fails_the_fit_named(tmp_path, data):
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    log = tmp_path / "paused.jsonl"
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,  # the workers' memory managers are reachable from here
+            memory_limit="1GiB",
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        trainer = _acting_trainer(c, log, partial(_pause, cluster), broadcast_timeout_s=2.0)
+        with pytest.raises(TrainingError, match=r"status paused.*still in the cluster"):
+            trainer.fit(X, Y, max_epochs=4)
+    end = read_events(log)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed"
 
 
 def test_losing_every_worker_ends_the_fit_with_a_clear_error(tmp_path):
