@@ -38,20 +38,22 @@ class Move:
     rows: int
 
 
+def _cluster(n_workers: int, processes: bool = True, **kwargs) -> LocalCluster:
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=processes,
+        dashboard_address=None,
+        # the scheduler's HTTP endpoints would otherwise try port 8787 (shared machine)
+        scheduler_kwargs={"dashboard_address": ":0"},
+        silence_logs=logging.ERROR,
+        **kwargs,
+    )
+
+
 @pytest.fixture(scope="module")
 def client():
-    with (
-        LocalCluster(
-            n_workers=3,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            # the scheduler's HTTP endpoints would otherwise try port 8787 (shared machine)
-            scheduler_kwargs={"dashboard_address": ":0"},
-            silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with _cluster(3) as cluster, Client(cluster) as c:
         yield c
 
 
@@ -417,17 +419,7 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
     Own cluster: the module's workers must stay.
     """
     X, y, _ = data
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
-            silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with _cluster(2) as cluster, Client(cluster) as client:
         a, b = sorted(scheduler_workers(client))
         staged = stage(client, X, y, counts={a: 2000, b: 1000})
         # A graceful retirement, as --lifetime does: b's shard is copied to a, b leaves.
@@ -460,17 +452,8 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
 @pytest.mark.timeout(60)
 def test_a_scatter_to_a_paused_worker_names_its_status_after_the_timeout():
     """A worker that stays but runs nothing (paused for memory) ends the wait, named."""
-    with (
-        LocalCluster(
-            n_workers=1,
-            processes=False,  # the worker's memory manager is reachable from here
-            memory_limit="1GiB",
-            dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
-            silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    # In-process: the worker's memory manager is reachable from here.
+    with _cluster(1, processes=False, memory_limit="1GiB") as cluster, Client(cluster) as client:
         worker = next(iter(cluster.workers.values()))
         memory = worker.memory_manager
         usual = memory.memory_pause_fraction
