@@ -61,6 +61,16 @@ def _read_sections(path: Path) -> dict[str, str]:
     return {name: s.text for name, s in report.read_sections(path).items() if name in SUITE}
 
 
+def assemble(head: str, sections: dict[str, str]) -> str:
+    """The results file: ``head``, then the sections in suite order, one blank line apart.
+
+    Sections read back from an existing file carry the blank lines that separated them;
+    they are stripped, so re-running a subset rewrites the file, not adds to its gaps.
+    """
+    ordered = [sections[n].strip() + "\n" for n in SUITE if n in sections]
+    return head + "\n".join(ordered)
+
+
 def main(argv=None) -> int:
     names = list(argv if argv is not None else sys.argv[1:]) or ["all"]
     chosen = list(SUITE) if names == ["all"] else names
@@ -101,8 +111,7 @@ def main(argv=None) -> int:
         "- heterogeneity: EMULATED on one machine (duty-cycle throttle), see DESIGN\n"
         "- every figure is measured in the run shown; ratios are side by side in one run\n\n"
     )
-    ordered = [sections[n] for n in SUITE if n in sections]
-    report.write_text(RESULTS, head + "\n".join(ordered))
+    report.write_text(RESULTS, assemble(head, sections))
     print(f"wrote {RESULTS}")
     try:
         return report.main([])

@@ -238,3 +238,20 @@ def test_main_without_results(tmp_path, capsys):
     assert code == 1
     assert "not found" in capsys.readouterr().out
     assert not Path(tmp_path / "p.md").exists()
+
+
+def test_rewriting_a_subset_keeps_the_results_file_as_it_was():
+    from benchmarks.__main__ import assemble
+
+    head = "# Benchmark results\n\n- written: now\n\n"
+    first = {
+        "kernel": "## kernel (8 s, ok, 2026-11-29 18:36 UTC)\n\n```\nk\n```\n",
+        "idle": "## idle (14 s, ok, 2026-11-29 18:40 UTC)\n\n```\ni\n```\n",
+    }
+    text = assemble(head, first)
+    for _ in range(3):  # what `python -m benchmarks idle` does: read, replace one, write
+        sections = {n: s.text for n, s in report.parse_sections(text)[1].items()}
+        sections["idle"] = first["idle"]
+        again = assemble(head, sections)
+        assert again == text
+    assert "```\n\n## idle" in text and "\n\n\n" not in text
