@@ -6,9 +6,9 @@ Every cluster run goes through the same estimator and round loop with a differen
 it trains, so the table can say how long each took to reach a common target accuracy:
 the in-process ``BPNNClassifier``'s final accuracy minus ``target_drop``. Times are
 seconds of training: the time a run spends scoring that held-out set is left out, so
-scoring often does not slow the run it measures (cluster runs score at a relative
-resolution of 5 % in time, ``TrainerConfig.eval_resolution``; in-process runs after every
-epoch).
+how often a run scores does not change the times it reports (cluster runs score at a
+relative resolution of 5 % in time, ``TrainerConfig.eval_resolution``; in-process runs
+after every epoch).
 """
 
 from __future__ import annotations

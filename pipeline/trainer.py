@@ -44,10 +44,6 @@ from .worker_tasks import RoundSpec, drop_run_state, remembered_speed, round_tas
 SYNC_MODES = ("hmdspt", "local", "bsp")
 PARTITION_MODES = ("proportional", "equal")
 COMPRESSION_MODES = ("none", "float16", "topk")
-# Longest a single scatter of w_t waits for its worker to be running: distributed's
-# direct scatter polls for that until its timeout, which kept a fit waiting the whole
-# broadcast timeout for a worker that had retired meanwhile (see Trainer._broadcast).
-SCATTER_WAIT_S = 0.5
 
 
 class TrainingError(RuntimeError):
@@ -940,13 +936,14 @@ class Trainer:
 
         A direct scatter also waits, for as long as its timeout, while its worker is
         not *running*: one that is retiring (``--lifetime`` reached, or retired by the
-        cluster) or paused, or that has already left. Each scatter therefore waits only
-        :data:`SCATTER_WAIT_S`; workers that did not take ``w_t`` are looked up, those
-        that left are recovered (their rows re-staged onto the others, which keep the
-        ``w_t`` they got) and the broadcast goes on. A worker that stays in the cluster
-        without running fails the fit after ``broadcast_timeout_s``, named with its
-        status. (Measured before: a SLURM worker retiring at ``--lifetime`` between the
-        membership check and the broadcast cost a full 20 s timeout.)
+        cluster) or paused, or that has already left. Each scatter is therefore one short
+        attempt of :func:`pipeline.staging.scatter_to`; workers that did not take ``w_t``
+        are looked up, those that left are recovered (their rows re-staged onto the
+        others, which keep the ``w_t`` they got) and the broadcast goes on. A worker
+        that stays in the cluster without running fails the fit after
+        ``broadcast_timeout_s``, named with its status. (Measured before: a SLURM worker
+        retiring at ``--lifetime`` between the membership check and the broadcast cost a
+        full 20 s timeout.)
         """
         deadline = time.monotonic() + self.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
@@ -954,13 +951,8 @@ class Trainer:
         while True:
             for addr in sorted(set(self.staged.futures) - set(sent)):
                 try:
-                    sent[addr] = self.client.scatter(
-                        self.model.params,
-                        workers=[addr],
-                        direct=True,
-                        hash=False,
-                        timeout=SCATTER_WAIT_S,
-                    )
+                    # One attempt (timeout 0); the deadline is this loop's, for all workers.
+                    sent[addr] = staging.scatter_to(self.client, self.model.params, addr, 0.0)
                 except Exception as exc:  # not running, left, or died unnoticed
                     errors[addr] = exc
             missing = set(self.staged.futures) - set(sent)
