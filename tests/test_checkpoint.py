@@ -4,6 +4,7 @@ and a fit whose driver is killed and resumed in a new process."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -171,15 +173,55 @@ def test_fuzz_one_flipped_byte_at_200_random_positions_falls_back(tmp_path):
     assert not failures, f"{len(failures)} of 200 flips not skipped: {kinds}"
 
 
+def _write_npz(path: Path, arrays: dict, comment: bytes) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, a in arrays.items():
+            with zf.open(name + ".npy", "w") as member:
+                np.lib.format.write_array(member, a, allow_pickle=False)
+        zf.comment = comment
+
+
 def test_a_payload_edited_without_its_checksum_is_refused(tmp_path):
     """A well-formed npz whose arrays no longer match the stored SHA-256."""
     path = save_checkpoint(tmp_path, *_state(1))
+    with zipfile.ZipFile(path) as zf:
+        trailer = zf.comment
     with np.load(path, allow_pickle=False) as npz:
         data = {k: npz[k] for k in npz.files}
     data["params"] = data["params"] + 1
-    with open(path, "wb") as fh:
-        np.savez(fh, **data)
+    _write_npz(path, data, trailer)
     with pytest.raises(CheckpointError, match="SHA-256"):
+        read_checkpoint(path)
+
+
+def test_a_checkpoint_of_the_previous_format_is_skipped(tmp_path):
+    """Format 1 (an npz with a ``__sha256__`` member, no trailer) is refused, not parsed."""
+    arrays, meta = _state(1)
+    meta_bytes = json.dumps({"format_version": 1, **meta}).encode()
+    old = tmp_path / "ckpt-00000001.npz"
+    np.savez(
+        old,
+        **arrays,
+        __meta__=np.frombuffer(meta_bytes, np.uint8),
+        __sha256__=np.frombuffer(b"0" * 64, np.uint8),
+    )
+    with pytest.warns(RuntimeWarning, match=r"ckpt-00000001.npz is not a checkpoint of format 2"):
+        assert load_latest_checkpoint(tmp_path) is None
+    assert save_checkpoint(tmp_path, *_state(2)).name == "ckpt-00000002.npz"
+    assert load_latest_checkpoint(tmp_path).meta["round_index"] == 2
+
+
+def test_a_file_that_passes_its_checksum_but_cannot_be_parsed_gives_checkpoint_error(tmp_path):
+    """Only a forged file gets past the checksum; its parse error still is a CheckpointError.
+
+    The ``.npy`` header of a 4.4 kB member loses its closing brace, which made numpy raise
+    ``tokenize.TokenError`` (the zip CRC is checked only once the member is read through)."""
+    path = save_checkpoint(tmp_path, {"params": np.zeros(1100, np.float32)}, {})
+    data = path.read_bytes()
+    brace = data.index(b"), }")
+    forged = data[: brace + 3] + b" " + data[brace + 4 : -64]
+    path.write_bytes(forged + hashlib.sha256(forged).hexdigest().encode())
+    with pytest.raises(CheckpointError, match="passed its checksum but cannot be parsed"):
         read_checkpoint(path)
 
 
