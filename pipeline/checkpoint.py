@@ -1,22 +1,27 @@
 """Atomic, checksummed checkpoints of a fit (no pickle, no Dask).
 
-A checkpoint is one ``.npz`` file (``numpy.savez``, read back with ``allow_pickle=False``):
-every array of the state under its own name, plus two ``uint8`` arrays, ``__meta__`` (the
-UTF-8 JSON of the scalars) and ``__sha256__`` (the hex SHA-256 of the payload: every array's
-name, dtype, shape and bytes, in name order, then the JSON). Files are named
-``ckpt-<seq>.npz`` with a sequence number that only grows, so "newest" is the highest.
+A checkpoint is one ``.npz`` file (a zip of ``.npy`` members, read back with
+``allow_pickle=False``): every array of the state under its own name, plus a ``uint8``
+array ``__meta__`` holding the UTF-8 JSON of the scalars. The zip's archive comment, the
+last bytes of the file, is a fixed-size trailer ``HMDSPT checkpoint 2 sha256:`` followed by
+the hex SHA-256 of every byte of the file before those 64 hex digits. The reader checks
+that trailer on the raw bytes before anything is parsed, so a damaged file is refused
+before numpy, zipfile or json see it. Files are named ``ckpt-<seq>.npz`` with a sequence
+number that only grows, so "newest" is the highest.
 
 Writes are atomic: the file is written to a temporary file in the same folder, flushed and
 fsynced, then renamed over its final name with :func:`os.replace` (and the folder is
 fsynced), so a reader sees either the whole file or none of it. A file that is damaged
 anyway (a disk error, a copy cut short) fails the checksum and is skipped in favour of the
-previous good one; only the newest ``keep`` files are kept.
+previous good one; only the newest ``keep`` files are kept. Files of the previous format
+(format 1: no trailer) are refused the same way, as not a checkpoint of this version.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -30,9 +35,13 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_KEY = "__meta__"
-SHA_KEY = "__sha256__"
+# The zip comment: this tag, then the hex SHA-256 of every byte of the file before the hex.
+_TRAILER_TAG = f"HMDSPT checkpoint {FORMAT_VERSION} sha256:".encode()
+_HEX_LEN = 64
+_TRAILER_LEN = len(_TRAILER_TAG) + _HEX_LEN
+_CHUNK = 1 << 20
 _NAME = re.compile(r"^ckpt-(\d{8,})\.npz$")
 _TMP_PREFIX = ".ckpt-tmp-"
 
@@ -60,14 +69,44 @@ class Checkpoint:
     path: Path | None = None
 
 
-def _digest(arrays: Mapping[str, np.ndarray], meta_bytes: bytes) -> str:
+def _encode(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The bytes of the checkpoint file: an ``.npz`` ending in its checksum trailer."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, a in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, a, allow_pickle=False)
+        zf.comment = _TRAILER_TAG + b"0" * _HEX_LEN  # same length as the real digest
+    data = bytearray(buffer.getbuffer())
+    if data[-_TRAILER_LEN:-_HEX_LEN] != _TRAILER_TAG:  # zipfile writes the comment last
+        raise RuntimeError("zipfile did not end the archive with its comment")
+    data[-_HEX_LEN:] = hashlib.sha256(data[:-_HEX_LEN]).hexdigest().encode()
+    return bytes(data)
+
+
+def _verify(fh: io.BufferedReader, path: Path) -> None:
+    """Check the trailer of the open file ``fh`` on its raw bytes, before any parsing."""
+    size = os.fstat(fh.fileno()).st_size
+    if size < _TRAILER_LEN:
+        raise CheckpointError(f"checkpoint {path} is too short ({size} bytes) to be one")
+    fh.seek(size - _TRAILER_LEN)
+    trailer = fh.read(_TRAILER_LEN)
+    if trailer[: len(_TRAILER_TAG)] != _TRAILER_TAG:
+        raise CheckpointError(
+            f"checkpoint {path} is not a checkpoint of format {FORMAT_VERSION} (no checksum "
+            "trailer: written by an older version, or damaged)"
+        )
+    fh.seek(0)
     h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
-        h.update(a.tobytes())
-    h.update(meta_bytes)
-    return h.hexdigest()
+    remaining = size - _HEX_LEN
+    while remaining > 0:
+        chunk = fh.read(min(_CHUNK, remaining))
+        if not chunk:
+            raise CheckpointError(f"checkpoint {path} shrank while it was read")
+        h.update(chunk)
+        remaining -= len(chunk)
+    if h.hexdigest().encode() != trailer[len(_TRAILER_TAG) :]:
+        raise CheckpointError(f"checkpoint {path} fails its SHA-256 check (torn or damaged)")
 
 
 def _files(directory: Path) -> list[tuple[int, Path]]:
@@ -127,7 +166,7 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     payload: dict[str, np.ndarray] = {}
     for name, value in arrays.items():
-        if name in (META_KEY, SHA_KEY) or not isinstance(name, str):
+        if name == META_KEY or not isinstance(name, str):
             raise ValueError(f"array name {name!r} is reserved or not a string")
         a = np.ascontiguousarray(value)
         if a.dtype.hasobject:
@@ -136,9 +175,8 @@ def save_checkpoint(
     meta_bytes = json.dumps(
         {"format_version": FORMAT_VERSION, **meta}, allow_nan=False, sort_keys=True
     ).encode()
-    sha = _digest(payload, meta_bytes)
     payload[META_KEY] = np.frombuffer(meta_bytes, dtype=np.uint8)
-    payload[SHA_KEY] = np.frombuffer(sha.encode(), dtype=np.uint8)
+    data = _encode(payload)
 
     existing = _files(directory)
     seq = existing[-1][0] + 1 if existing else 1
@@ -150,7 +188,7 @@ def save_checkpoint(
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".npz", dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **payload)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -166,29 +204,50 @@ def save_checkpoint(
 
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Read one checkpoint file and verify its checksum.
+    """Read one checkpoint file, verifying its checksum before parsing anything.
+
+    Parameters
+    ----------
+    path : str or path
+        A ``ckpt-<seq>.npz`` file written by :func:`save_checkpoint`.
+
+    Returns
+    -------
+    checkpoint : Checkpoint
+        Its arrays and scalars.
 
     Raises
     ------
     CheckpointError
-        If the file is unreadable, incomplete or fails the checksum.
+        If the file is unreadable, incomplete, fails its SHA-256 check, or is not of this
+        format version (files of format 1, which had no checksum trailer, are refused this
+        way, so :func:`load_latest_checkpoint` skips them). Nothing else escapes: a file
+        that passes the checksum but cannot be parsed is a CheckpointError too.
     """
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            data = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        with open(path, "rb") as fh:
+            _verify(fh, path)
+            # The same open file is parsed, so it is the bytes just verified.
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                data = {name: npz[name] for name in npz.files}
+            if META_KEY not in data:
+                raise CheckpointError(f"checkpoint {path} lacks its {META_KEY} header")
+            meta = json.loads(data.pop(META_KEY).tobytes())
+            if not isinstance(meta, dict):
+                raise CheckpointError(f"checkpoint {path} has a header that is not an object")
+    except CheckpointError:
+        raise
+    except OSError as exc:
         raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
-    if META_KEY not in data or SHA_KEY not in data:
-        raise CheckpointError(f"checkpoint {path} lacks its header or checksum")
-    meta_bytes = data.pop(META_KEY).tobytes()
-    stored = data.pop(SHA_KEY).tobytes().decode("ascii", errors="replace")
-    if _digest(data, meta_bytes) != stored:
-        raise CheckpointError(f"checkpoint {path} fails its SHA-256 check (torn or damaged)")
-    try:
-        meta = json.loads(meta_bytes)
-    except ValueError as exc:  # cannot happen with a matching checksum, but be explicit
-        raise CheckpointError(f"checkpoint {path} has a bad header: {exc}") from exc
+    except MemoryError:  # not a damaged file: falling back to an older one would be wrong
+        raise
+    except Exception as exc:  # only a file forged with a matching checksum gets here
+        raise CheckpointError(
+            f"checkpoint {path} passed its checksum but cannot be parsed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path} has format version {meta.get('format_version')}, "
@@ -200,8 +259,9 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
 def load_latest_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
     """The newest checkpoint of ``directory`` that passes its checksum, or None.
 
-    Damaged files are skipped with a :class:`RuntimeWarning` naming them; None when the
-    folder is missing, empty, or holds no good checkpoint.
+    Files that :func:`read_checkpoint` refuses (damaged, or of an older format) are
+    skipped with a :class:`RuntimeWarning` naming them; None when the folder is missing,
+    empty, or holds no good checkpoint.
     """
     for _, path in reversed(_files(Path(directory))):
         try:

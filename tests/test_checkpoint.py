@@ -4,6 +4,7 @@ and a fit whose driver is killed and resumed in a new process."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -95,15 +97,131 @@ def test_a_torn_checkpoint_is_never_read(tmp_path, damage):
         assert load_latest_checkpoint(tmp_path) is None
 
 
+def _load_recording_warnings(directory: Path) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = load_latest_checkpoint(directory)
+    return ckpt, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def _outcome_of_damage(directory: Path, good: Path, torn: Path, arrays: dict) -> str | None:
+    """None when the resume fell back to ``good`` (round 1, ``arrays``) and warned about
+    ``torn``, else what happened instead."""
+    try:
+        ckpt, messages = _load_recording_warnings(directory)
+    except CheckpointError:
+        return "CheckpointError escaped"
+    except Exception as exc:  # the defect: parse errors of the damaged file escaped
+        return f"{type(exc).__name__}: {str(exc)[:40]}"
+    if ckpt is None or ckpt.path != good:
+        return f"resumed from {ckpt and ckpt.path.name}"
+    if ckpt.meta["round_index"] != 1 or ckpt.arrays.keys() != arrays.keys():
+        return "wrong content"
+    if not all(np.array_equal(ckpt.arrays[k], a) for k, a in arrays.items()):
+        return "wrong arrays"
+    if not any(str(torn) in m for m in messages):
+        return "no warning named the damaged file"
+    return None
+
+
+def test_one_flipped_byte_in_the_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+    """Issue 14, defect 5: every byte of the file's structure (npy headers, zip entries and
+    directory, trailer) is flipped in turn; each resume must skip the file with a warning.
+
+    The 4.4 kB array is larger than one zip read, so its ``.npy`` header was parsed before
+    the zip CRC could catch a flip there (``tokenize.TokenError``)."""
+    rng = np.random.default_rng(0)
+    arrays = {"params": rng.standard_normal(1100).astype(np.float32)}
+    good = save_checkpoint(tmp_path, arrays, {"round_index": 1})
+    torn = save_checkpoint(tmp_path, arrays, {"round_index": 2})
+    original = torn.read_bytes()
+    # Every byte except the middle of the raw array data (the fuzz test below covers that).
+    data_start = original.find(arrays["params"].tobytes())
+    assert data_start > 0
+    bulk = range(data_start + 16, data_start + arrays["params"].nbytes - 16)
+    failures: dict[int, str] = {}
+    for position in range(len(original)):
+        if position in bulk:
+            continue
+        damaged = bytearray(original)
+        damaged[position] ^= 0xFF
+        torn.write_bytes(bytes(damaged))
+        outcome = _outcome_of_damage(tmp_path, good, torn, arrays)
+        if outcome is not None:
+            failures[position] = outcome
+    kinds = sorted(set(failures.values()))
+    assert not failures, f"{len(failures)} of {len(original)} flips not skipped: {kinds}"
+
+
+def test_fuzz_one_flipped_byte_at_200_random_positions_falls_back(tmp_path):
+    """Issue 14: one flipped byte at 200 random positions of the newest checkpoint; every
+    resume falls back with a warning and none raises."""
+    rng = np.random.default_rng(14)
+    failures: dict[int, str] = {}
+    for trial in range(200):
+        directory = tmp_path / f"trial-{trial}"
+        good = save_checkpoint(directory, *_state(1))
+        torn = save_checkpoint(directory, *_state(2))
+        damaged = bytearray(torn.read_bytes())
+        position = int(rng.integers(len(damaged)))
+        damaged[position] ^= int(rng.integers(1, 256))
+        torn.write_bytes(bytes(damaged))
+        outcome = _outcome_of_damage(directory, good, torn, _state(1)[0])
+        if outcome is not None:
+            failures[position] = outcome
+    kinds = sorted(set(failures.values()))
+    assert not failures, f"{len(failures)} of 200 flips not skipped: {kinds}"
+
+
+def _write_npz(path: Path, arrays: dict, comment: bytes) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, a in arrays.items():
+            with zf.open(name + ".npy", "w") as member:
+                np.lib.format.write_array(member, a, allow_pickle=False)
+        zf.comment = comment
+
+
 def test_a_payload_edited_without_its_checksum_is_refused(tmp_path):
     """A well-formed npz whose arrays no longer match the stored SHA-256."""
     path = save_checkpoint(tmp_path, *_state(1))
+    with zipfile.ZipFile(path) as zf:
+        trailer = zf.comment
     with np.load(path, allow_pickle=False) as npz:
         data = {k: npz[k] for k in npz.files}
     data["params"] = data["params"] + 1
-    with open(path, "wb") as fh:
-        np.savez(fh, **data)
+    _write_npz(path, data, trailer)
     with pytest.raises(CheckpointError, match="SHA-256"):
+        read_checkpoint(path)
+
+
+def test_a_checkpoint_of_the_previous_format_is_skipped(tmp_path):
+    """Format 1 (an npz with a ``__sha256__`` member, no trailer) is refused, not parsed."""
+    arrays, meta = _state(1)
+    meta_bytes = json.dumps({"format_version": 1, **meta}).encode()
+    old = tmp_path / "ckpt-00000001.npz"
+    np.savez(
+        old,
+        **arrays,
+        __meta__=np.frombuffer(meta_bytes, np.uint8),
+        __sha256__=np.frombuffer(b"0" * 64, np.uint8),
+    )
+    with pytest.warns(RuntimeWarning, match=r"ckpt-00000001.npz is not a checkpoint of format 2"):
+        assert load_latest_checkpoint(tmp_path) is None
+    assert save_checkpoint(tmp_path, *_state(2)).name == "ckpt-00000002.npz"
+    assert load_latest_checkpoint(tmp_path).meta["round_index"] == 2
+
+
+def test_a_file_that_passes_its_checksum_but_cannot_be_parsed_gives_checkpoint_error(tmp_path):
+    """Only a forged file gets past the checksum; its parse error still is a CheckpointError.
+
+    The ``.npy`` header of a 4.4 kB member loses its closing brace, which made numpy raise
+    ``tokenize.TokenError`` (the zip CRC is checked only once the member is read through)."""
+    path = save_checkpoint(tmp_path, {"params": np.zeros(1100, np.float32)}, {})
+    data = path.read_bytes()
+    brace = data.index(b"), }")
+    forged = data[: brace + 3] + b" " + data[brace + 4 : -64]
+    path.write_bytes(forged + hashlib.sha256(forged).hexdigest().encode())
+    with pytest.raises(CheckpointError, match="passed its checksum but cannot be parsed"):
         read_checkpoint(path)
 
 
