@@ -17,6 +17,7 @@ Differences from scikit-learn, on purpose:
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -204,14 +205,15 @@ class _BaseBPNN(BaseEstimator):
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
-        state = super().__getstate__()
+        # A copy: on Python 3.11+ the base class returns the live __dict__ itself.
+        state = dict(super().__getstate__())
         # coefs_/intercepts_ are views into the model's flat vector: pickle the vector once
         # and rebind the views on load, so they keep sharing memory.
         state.pop("coefs_", None)
         state.pop("intercepts_", None)
-        # A live Client cannot be pickled and is not needed to predict: keep only an
-        # address string; a fitted model is plain arrays.
-        if state.get("client") is not None and not isinstance(state["client"], str):
+        # A saved model carries no connection settings, an address no more than a live
+        # Client: a file's address would make the next fit talk to whoever it names.
+        if "client" in state:
             state["client"] = None
         return state
 
@@ -219,6 +221,21 @@ class _BaseBPNN(BaseEstimator):
         super().__setstate__(state)
         if "_model" in self.__dict__:
             self._bind_fitted_views()
+
+    def __sklearn_clone__(self):
+        """An unfitted copy with the same parameters, sharing ``client`` if it is live.
+
+        A live Client or cluster is a connection, not a setting, and cannot be deep-copied
+        (``clone`` deep-copies every other parameter): the clone fits on the same cluster.
+        """
+        client = self.client
+        if client is None or isinstance(client, str):
+            return super().__sklearn_clone__()
+        # Clone a shallow copy made through __getstate__ (so without the client), which
+        # carries whatever else clone copies (metadata requests, output config, ...).
+        cloned = super(_BaseBPNN, copy.copy(self)).__sklearn_clone__()
+        cloned.client = client
+        return cloned
 
     def _bind_fitted_views(self) -> None:
         self.coefs_ = self._model.coefs
@@ -656,7 +673,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
     client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
+        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
+        given (an address too), so loading never connects and the loaded model fits
+        in-process until given a client again. ``clone`` shares a live client.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
@@ -944,7 +964,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
     client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
+        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
+        given (an address too), so loading never connects and the loaded model fits
+        in-process until given a client again. ``clone`` shares a live client.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
