@@ -35,6 +35,7 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
 from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
 
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
@@ -252,6 +253,7 @@ class _BaseBPNN(BaseEstimator):
         return [int(s) for s in sizes]
 
     def _fit(self, X, y, incremental: bool = False, eval_set=None):
+        self._check_checkpoint_settings(incremental)
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -412,7 +414,10 @@ class _BaseBPNN(BaseEstimator):
                 buffers = BatchBuffers(
                     batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
                 )
-                for _ in range(self.max_iter):
+                checkpoint_dir = None if incremental else self.checkpoint_dir
+                if self.resume:
+                    self._resume_in_process(checkpoint_dir)
+                while self.n_iter_ < self.max_iter:
                     order = self._random_state.permutation(n_samples) if self.shuffle else None
                     loss_sum, _steps = minibatch_pass(
                         self._model,
@@ -424,14 +429,20 @@ class _BaseBPNN(BaseEstimator):
                         buffers,
                     )
                     self._record_eval(self._eval_score())
-                    if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
-                        break
-                    if (
-                        self.max_seconds is not None
-                        and self._training_seconds() >= self.max_seconds
+                    last = (
+                        self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val)
+                        or self.n_iter_ >= self.max_iter
+                        or incremental
+                        or (
+                            self.max_seconds is not None
+                            and self._training_seconds() >= self.max_seconds
+                        )
+                    )
+                    if checkpoint_dir is not None and (
+                        last or self.n_iter_ % self.checkpoint_every == 0
                     ):
-                        break
-                    if incremental:
+                        self._save_in_process_checkpoint(checkpoint_dir)
+                    if last:
                         break
         except KeyboardInterrupt:
             warnings.warn("Training interrupted by user.", stacklevel=4)
@@ -521,6 +532,95 @@ class _BaseBPNN(BaseEstimator):
         self.training_report_ = trainer.report()
         self.run_id_ = trainer.run_id
         self.run_log_path_ = trainer.run_log_path
+
+    def _check_checkpoint_settings(self, incremental: bool) -> None:
+        if incremental and (self.checkpoint_dir is not None or self.resume):
+            raise ValueError(
+                "partial_fit keeps no checkpoints (checkpoint_dir and resume are for fit); "
+                "set checkpoint_dir=None and resume=False"
+            )
+        if self.resume and self.checkpoint_dir is None:
+            raise ValueError("resume=True needs a checkpoint_dir to resume from")
+
+    def _in_process_fingerprint(self) -> dict:
+        """What an in-process checkpoint must match to be resumed into this model."""
+        model = self._model
+        return {
+            "layer_sizes": [int(s) for s in model.layer_sizes],
+            "n_params": int(model.n_params),
+            "dtype": model.dtype.name,
+            "hidden_activation": model.hidden_activation,
+            "out_activation": model.out_activation,
+            "solver": self.solver,
+            # Not in a cluster fit's fingerprint, so neither kind resumes from the other:
+            # a cluster's epochs are rounds of per-worker optimizers, not this optimizer.
+            "fit": "in-process",
+        }
+
+    def _save_in_process_checkpoint(self, directory) -> None:
+        """Save the state after an epoch, laid out as the trainer lays out its own."""
+        arrays: dict[str, np.ndarray] = {"params": self._model.params}
+        for name, vector in self._optimizer.state_vectors().items():
+            arrays[f"optimizer.{name}"] = vector
+        extra: dict = {}
+        for key, value in self._checkpoint_state().items():
+            if isinstance(value, np.ndarray):
+                arrays[f"extra.{key}"] = value
+            else:
+                extra[key] = value
+        algorithm, keys, pos, has_gauss, cached_gaussian = self._random_state.get_state()
+        arrays["random_state.keys"] = keys
+        meta = {
+            "epoch": int(self.n_iter_),
+            "epoch_complete": True,
+            "fingerprint": self._in_process_fingerprint(),
+            "optimizer": {
+                "learning_rate": float(self._optimizer.learning_rate),
+                "t": getattr(self._optimizer, "t", None),
+            },
+            "random_state": {
+                "algorithm": str(algorithm),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(cached_gaussian),
+            },
+            "extra": extra,
+        }
+        save_checkpoint(directory, arrays, meta)
+
+    def _resume_in_process(self, directory) -> None:
+        """Restore the newest good in-process checkpoint of ``directory``, if any."""
+        ckpt = load_latest_checkpoint(directory)
+        if ckpt is None:
+            return
+        meta, arrays = ckpt.meta, ckpt.arrays
+        check_fingerprint(meta.get("fingerprint", {}), self._in_process_fingerprint())
+        self._model.params[...] = arrays["params"]  # in place: coefs_ are views of it
+        for name, vector in self._optimizer.state_vectors().items():
+            if f"optimizer.{name}" in arrays:
+                vector[...] = arrays[f"optimizer.{name}"]
+        optimizer = meta["optimizer"]
+        self._optimizer.learning_rate = float(optimizer["learning_rate"])
+        if optimizer.get("t") is not None and hasattr(self._optimizer, "t"):
+            self._optimizer.t = int(optimizer["t"])
+        rng = meta.get("random_state")
+        # random_state=None draws from numpy's global generator: leave that alone.
+        if self.random_state is not None and rng and "random_state.keys" in arrays:
+            self._random_state.set_state(
+                (
+                    rng["algorithm"],
+                    arrays["random_state.keys"],
+                    rng["pos"],
+                    rng["has_gauss"],
+                    rng["cached_gaussian"],
+                )
+            )
+        extra_arrays = {
+            key[len("extra.") :]: value for key, value in arrays.items() if key.startswith("extra.")
+        }
+        self._restore_checkpoint_state(dict(meta.get("extra", {})), extra_arrays)
+        if self.verbose:
+            print(f"Resumed from {ckpt.path} after epoch {self.n_iter_}")
 
     def _checkpoint_state(self) -> dict:
         """The epoch book-keeping saved with a checkpoint (JSON-native but arrays)."""
@@ -696,16 +796,22 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         passed this many seconds of training (scoring ``eval_set`` not counted); the
         last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
-        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
-        and block-momentum state, scores, round and epoch counters; the last two files
-        are kept). None writes none.
+        Folder of atomic, checksummed checkpoints (the last two files are kept); None
+        writes none. They hold the parameters, the optimizer's state, the epoch
+        counters and scores, and: in-process, the random state; on a cluster, the
+        block-momentum state, worker scores and the round counter. Not for
+        ``partial_fit``.
     checkpoint_every : int, default=1
-        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+        In-process: epochs between two checkpoints (the fit's last epoch is saved
+        too). Cluster fits: rounds between two checkpoints (every epoch's end is saved
+        too).
     resume : bool, default=False
-        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
-        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
-        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
-        fit together; a checkpoint of a differently shaped model is refused.
+        Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
+        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
+        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        A checkpoint of a differently shaped model is refused, and so is one of a
+        cluster fit in-process or the other way round. In-process, with an int
+        ``random_state``, the resumed fit ends where an uninterrupted one would.
 
     Attributes
     ----------
@@ -987,16 +1093,22 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         passed this many seconds of training (scoring ``eval_set`` not counted); the
         last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
-        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
-        and block-momentum state, scores, round and epoch counters; the last two files
-        are kept). None writes none.
+        Folder of atomic, checksummed checkpoints (the last two files are kept); None
+        writes none. They hold the parameters, the optimizer's state, the epoch
+        counters and scores, and: in-process, the random state; on a cluster, the
+        block-momentum state, worker scores and the round counter. Not for
+        ``partial_fit``.
     checkpoint_every : int, default=1
-        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+        In-process: epochs between two checkpoints (the fit's last epoch is saved
+        too). Cluster fits: rounds between two checkpoints (every epoch's end is saved
+        too).
     resume : bool, default=False
-        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
-        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
-        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
-        fit together; a checkpoint of a differently shaped model is refused.
+        Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
+        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
+        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        A checkpoint of a differently shaped model is refused, and so is one of a
+        cluster fit in-process or the other way round. In-process, with an int
+        ``random_state``, the resumed fit ends where an uninterrupted one would.
 
     Attributes
     ----------
