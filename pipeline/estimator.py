@@ -219,6 +219,11 @@ class _BaseBPNN(BaseEstimator):
         return state
 
     def __setstate__(self, state):
+        # The file may not come from __getstate__ (an older version, or written by hand):
+        # loading drops a client it names, so loading never leads to a connection.
+        state = dict(state)
+        if "client" in state:
+            state["client"] = None
         super().__setstate__(state)
         if "_model" in self.__dict__:
             self._bind_fitted_views()

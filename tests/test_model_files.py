@@ -142,3 +142,24 @@ def test_clone_shares_a_live_client_and_deepcopy_drops_it(client):
     assert copy.deepcopy(model).client is None  # a copy, like a saved model, has no client
     pipe = clone(make_pipeline(StandardScaler(), model))
     assert pipe[-1].client is client and pipe[-1] is not model
+
+
+@pytest.mark.parametrize("save", sorted(ROUND_TRIPS))
+def test_a_model_file_that_names_a_client_loads_without_it(save, data, monkeypatch):
+    """An attacker writes the file, not our __getstate__: loading itself drops the client."""
+    X, y = data
+    model = _fit_in_process(X, y).set_params(client=ATTACKER_ADDRESS)
+    # A file written by the old code, or by hand: the state keeps the address.
+    monkeypatch.setattr(BPNNClassifier, "__getstate__", lambda self: dict(self.__dict__))
+    if save == "pickle":
+        payload = pickle.dumps(model)
+        monkeypatch.undo()
+        loaded = pickle.loads(payload)
+    else:
+        payload = sio.dumps(model)
+        monkeypatch.undo()
+        untrusted = set(sio.get_untrusted_types(data=payload))
+        assert untrusted <= SKOPS_TRUSTED, untrusted - SKOPS_TRUSTED
+        loaded = sio.loads(payload, trusted=sorted(untrusted))
+    assert loaded.client is None
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
