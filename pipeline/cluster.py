@@ -189,6 +189,14 @@ def local_cluster(
     return cluster
 
 
+def _check_open(client: Client) -> None:
+    # A closed client fails much later, deep inside the first call, with an AttributeError.
+    if client.status in ("closing", "closed"):
+        raise ValueError(
+            f"client is closed (status {client.status!r}); pass an open distributed.Client"
+        )
+
+
 def connect(target: Client | str | Any | None = None, security: Security | None = None) -> Client:
     """A ``distributed.Client`` for whatever names the cluster to use.
 
@@ -207,8 +215,14 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
     -------
     client : distributed.Client
         Close it when done unless it is the client that was passed in.
+
+    Raises
+    ------
+    ValueError
+        If ``target`` is a Client that is closed or closing.
     """
     if isinstance(target, Client):
+        _check_open(target)
         return target
     if target is None:
         try:

@@ -17,6 +17,7 @@ Differences from scikit-learn, on purpose:
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -34,6 +35,7 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
 from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
 
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
@@ -204,21 +206,42 @@ class _BaseBPNN(BaseEstimator):
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
-        state = super().__getstate__()
+        # A copy: on Python 3.11+ the base class returns the live __dict__ itself.
+        state = dict(super().__getstate__())
         # coefs_/intercepts_ are views into the model's flat vector: pickle the vector once
         # and rebind the views on load, so they keep sharing memory.
         state.pop("coefs_", None)
         state.pop("intercepts_", None)
-        # A live Client cannot be pickled and is not needed to predict: keep only an
-        # address string; a fitted model is plain arrays.
-        if state.get("client") is not None and not isinstance(state["client"], str):
+        # A saved model carries no connection settings, an address no more than a live
+        # Client: a file's address would make the next fit talk to whoever it names.
+        if "client" in state:
             state["client"] = None
         return state
 
     def __setstate__(self, state):
+        # The file may not come from __getstate__ (an older version, or written by hand):
+        # loading drops a client it names, so loading never leads to a connection.
+        state = dict(state)
+        if "client" in state:
+            state["client"] = None
         super().__setstate__(state)
         if "_model" in self.__dict__:
             self._bind_fitted_views()
+
+    def __sklearn_clone__(self):
+        """An unfitted copy with the same parameters, sharing ``client`` if it is live.
+
+        A live Client or cluster is a connection, not a setting, and cannot be deep-copied
+        (``clone`` deep-copies every other parameter): the clone fits on the same cluster.
+        """
+        client = self.client
+        if client is None or isinstance(client, str):
+            return super().__sklearn_clone__()
+        # Clone a shallow copy made through __getstate__ (so without the client), which
+        # carries whatever else clone copies (metadata requests, output config, ...).
+        cloned = super(_BaseBPNN, copy.copy(self)).__sklearn_clone__()
+        cloned.client = client
+        return cloned
 
     def _bind_fitted_views(self) -> None:
         self.coefs_ = self._model.coefs
@@ -235,6 +258,7 @@ class _BaseBPNN(BaseEstimator):
         return [int(s) for s in sizes]
 
     def _fit(self, X, y, incremental: bool = False, eval_set=None):
+        self._check_checkpoint_settings(incremental)
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -395,7 +419,10 @@ class _BaseBPNN(BaseEstimator):
                 buffers = BatchBuffers(
                     batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
                 )
-                for _ in range(self.max_iter):
+                checkpoint_dir = None if incremental else self.checkpoint_dir
+                if self.resume:
+                    self._resume_in_process(checkpoint_dir)
+                while self.n_iter_ < self.max_iter:
                     order = self._random_state.permutation(n_samples) if self.shuffle else None
                     loss_sum, _steps = minibatch_pass(
                         self._model,
@@ -407,14 +434,20 @@ class _BaseBPNN(BaseEstimator):
                         buffers,
                     )
                     self._record_eval(self._eval_score())
-                    if self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val):
-                        break
-                    if (
-                        self.max_seconds is not None
-                        and self._training_seconds() >= self.max_seconds
+                    last = (
+                        self._end_epoch(loss_sum / n_samples, n_samples, X_val, y_val)
+                        or self.n_iter_ >= self.max_iter
+                        or incremental
+                        or (
+                            self.max_seconds is not None
+                            and self._training_seconds() >= self.max_seconds
+                        )
+                    )
+                    if checkpoint_dir is not None and (
+                        last or self.n_iter_ % self.checkpoint_every == 0
                     ):
-                        break
-                    if incremental:
+                        self._save_in_process_checkpoint(checkpoint_dir)
+                    if last:
                         break
         except KeyboardInterrupt:
             warnings.warn("Training interrupted by user.", stacklevel=4)
@@ -504,6 +537,95 @@ class _BaseBPNN(BaseEstimator):
         self.training_report_ = trainer.report()
         self.run_id_ = trainer.run_id
         self.run_log_path_ = trainer.run_log_path
+
+    def _check_checkpoint_settings(self, incremental: bool) -> None:
+        if incremental and (self.checkpoint_dir is not None or self.resume):
+            raise ValueError(
+                "partial_fit keeps no checkpoints (checkpoint_dir and resume are for fit); "
+                "set checkpoint_dir=None and resume=False"
+            )
+        if self.resume and self.checkpoint_dir is None:
+            raise ValueError("resume=True needs a checkpoint_dir to resume from")
+
+    def _in_process_fingerprint(self) -> dict:
+        """What an in-process checkpoint must match to be resumed into this model."""
+        model = self._model
+        return {
+            "layer_sizes": [int(s) for s in model.layer_sizes],
+            "n_params": int(model.n_params),
+            "dtype": model.dtype.name,
+            "hidden_activation": model.hidden_activation,
+            "out_activation": model.out_activation,
+            "solver": self.solver,
+            # Not in a cluster fit's fingerprint, so neither kind resumes from the other:
+            # a cluster's epochs are rounds of per-worker optimizers, not this optimizer.
+            "fit": "in-process",
+        }
+
+    def _save_in_process_checkpoint(self, directory) -> None:
+        """Save the state after an epoch, laid out as the trainer lays out its own."""
+        arrays: dict[str, np.ndarray] = {"params": self._model.params}
+        for name, vector in self._optimizer.state_vectors().items():
+            arrays[f"optimizer.{name}"] = vector
+        extra: dict = {}
+        for key, value in self._checkpoint_state().items():
+            if isinstance(value, np.ndarray):
+                arrays[f"extra.{key}"] = value
+            else:
+                extra[key] = value
+        algorithm, keys, pos, has_gauss, cached_gaussian = self._random_state.get_state()
+        arrays["random_state.keys"] = keys
+        meta = {
+            "epoch": int(self.n_iter_),
+            "epoch_complete": True,
+            "fingerprint": self._in_process_fingerprint(),
+            "optimizer": {
+                "learning_rate": float(self._optimizer.learning_rate),
+                "t": getattr(self._optimizer, "t", None),
+            },
+            "random_state": {
+                "algorithm": str(algorithm),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(cached_gaussian),
+            },
+            "extra": extra,
+        }
+        save_checkpoint(directory, arrays, meta)
+
+    def _resume_in_process(self, directory) -> None:
+        """Restore the newest good in-process checkpoint of ``directory``, if any."""
+        ckpt = load_latest_checkpoint(directory)
+        if ckpt is None:
+            return
+        meta, arrays = ckpt.meta, ckpt.arrays
+        check_fingerprint(meta.get("fingerprint", {}), self._in_process_fingerprint())
+        self._model.params[...] = arrays["params"]  # in place: coefs_ are views of it
+        for name, vector in self._optimizer.state_vectors().items():
+            if f"optimizer.{name}" in arrays:
+                vector[...] = arrays[f"optimizer.{name}"]
+        optimizer = meta["optimizer"]
+        self._optimizer.learning_rate = float(optimizer["learning_rate"])
+        if optimizer.get("t") is not None and hasattr(self._optimizer, "t"):
+            self._optimizer.t = int(optimizer["t"])
+        rng = meta.get("random_state")
+        # random_state=None draws from numpy's global generator: leave that alone.
+        if self.random_state is not None and rng and "random_state.keys" in arrays:
+            self._random_state.set_state(
+                (
+                    rng["algorithm"],
+                    arrays["random_state.keys"],
+                    rng["pos"],
+                    rng["has_gauss"],
+                    rng["cached_gaussian"],
+                )
+            )
+        extra_arrays = {
+            key[len("extra.") :]: value for key, value in arrays.items() if key.startswith("extra.")
+        }
+        self._restore_checkpoint_state(dict(meta.get("extra", {})), extra_arrays)
+        if self.verbose:
+            print(f"Resumed from {ckpt.path} after epoch {self.n_iter_}")
 
     def _checkpoint_state(self) -> dict:
         """The epoch book-keeping saved with a checkpoint (JSON-native but arrays)."""
@@ -656,7 +778,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
     client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
+        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
+        given (an address too), so loading never connects and the loaded model fits
+        in-process until given a client again. ``clone`` shares a live client.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
@@ -676,16 +801,22 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         passed this many seconds of training (scoring ``eval_set`` not counted); the
         last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
-        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
-        and block-momentum state, scores, round and epoch counters; the last two files
-        are kept). None writes none.
+        Folder of atomic, checksummed checkpoints (the last two files are kept); None
+        writes none. They hold the parameters, the optimizer's state, the epoch
+        counters and scores, and: in-process, the random state; on a cluster, the
+        block-momentum state, worker scores and the round counter. Not for
+        ``partial_fit``.
     checkpoint_every : int, default=1
-        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+        In-process: epochs between two checkpoints (the fit's last epoch is saved
+        too). Cluster fits: rounds between two checkpoints (every epoch's end is saved
+        too).
     resume : bool, default=False
-        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
-        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
-        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
-        fit together; a checkpoint of a differently shaped model is refused.
+        Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
+        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
+        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        A checkpoint of a differently shaped model is refused, and so is one of a
+        cluster fit in-process or the other way round. In-process, with an int
+        ``random_state``, the resumed fit ends where an uninterrupted one would.
 
     Attributes
     ----------
@@ -944,7 +1075,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
     client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster.
+        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
+        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
+        given (an address too), so loading never connects and the loaded model fits
+        in-process until given a client again. ``clone`` shares a live client.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
@@ -964,16 +1098,22 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         passed this many seconds of training (scoring ``eval_set`` not counted); the
         last epoch of a cluster fit may then be partial.
     checkpoint_dir : str or path, default=None
-        Cluster fits: folder of atomic, checksummed checkpoints (parameters, optimizer
-        and block-momentum state, scores, round and epoch counters; the last two files
-        are kept). None writes none.
+        Folder of atomic, checksummed checkpoints (the last two files are kept); None
+        writes none. They hold the parameters, the optimizer's state, the epoch
+        counters and scores, and: in-process, the random state; on a cluster, the
+        block-momentum state, worker scores and the round counter. Not for
+        ``partial_fit``.
     checkpoint_every : int, default=1
-        Cluster fits: rounds between two checkpoints (every epoch's end is saved too).
+        In-process: epochs between two checkpoints (the fit's last epoch is saved
+        too). Cluster fits: rounds between two checkpoints (every epoch's end is saved
+        too).
     resume : bool, default=False
-        Cluster fits: continue from the newest good checkpoint in ``checkpoint_dir``
-        (a fresh fit when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are
-        restored, so ``max_iter`` counts the epochs of the interrupted and the resumed
-        fit together; a checkpoint of a differently shaped model is refused.
+        Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
+        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
+        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        A checkpoint of a differently shaped model is refused, and so is one of a
+        cluster fit in-process or the other way round. In-process, with an int
+        ``random_state``, the resumed fit ends where an uninterrupted one would.
 
     Attributes
     ----------

@@ -248,3 +248,41 @@ def test_bad_parameters(digits, params, match):
     X, y = digits
     with pytest.raises(ValueError, match=match):
         BPNNClassifier(**params).fit(X[:50], y[:50])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("solver", ["sgd", "adam"])
+def test_checkpoint_dir_on_an_in_process_fit_writes_checkpoints_and_resumes(
+    digits, tmp_path, solver, shuffle
+):
+    from pipeline.checkpoint import load_latest_checkpoint
+
+    X, y = digits
+    params = dict(
+        hidden_layer_sizes=(16,),
+        solver=solver,
+        learning_rate="invscaling" if solver == "sgd" else "constant",
+        learning_rate_init=0.05 if solver == "sgd" else 0.001,
+        shuffle=shuffle,
+        dtype="float64",
+        random_state=0,
+        tol=0.0,
+    )
+    with warnings.catch_warnings():
+        _quiet()
+        whole = BPNNClassifier(max_iter=6, **params).fit(X, y)
+        first = BPNNClassifier(max_iter=4, checkpoint_dir=tmp_path, checkpoint_every=3, **params)
+        first.fit(X, y)
+        # Every third epoch, and the fit's last: epochs 3 and 4, the last two kept.
+        saved = sorted(p.name for p in tmp_path.glob("ckpt-*.npz"))
+        assert saved == ["ckpt-00000001.npz", "ckpt-00000002.npz"]
+        assert load_latest_checkpoint(tmp_path).meta["epoch"] == 4
+        resumed = BPNNClassifier(max_iter=6, checkpoint_dir=tmp_path, resume=True, **params)
+        resumed.fit(X, y)
+
+    assert first.n_iter_ == 4 and resumed.n_iter_ == 6
+    assert resumed.loss_curve_[:4] == first.loss_curve_
+    np.testing.assert_allclose(resumed.loss_curve_, whole.loss_curve_, rtol=1e-12)
+    assert resumed.t_ == whole.t_
+    np.testing.assert_allclose(resumed._model.params, whole._model.params, rtol=1e-10, atol=1e-12)
+    assert load_latest_checkpoint(tmp_path).meta["epoch"] == 6

@@ -1,0 +1,109 @@
+"""Bad settings of the estimators get one clear line (issue 14, defects 13a and 13d)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+
+from pipeline.checkpoint import CheckpointError, save_checkpoint
+from pipeline.cluster import connect
+from pipeline.estimator import BPNNClassifier
+
+#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
+FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_classification(n_samples=300, n_features=6, n_informative=4, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def closed_client():
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
+        client = Client(cluster)
+        client.close()
+        yield client
+
+
+def _one_line(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_closed_client_gets_one_clear_line(closed_client, data):
+    X, y = data
+    with pytest.raises(ValueError, match="client is closed") as excinfo:
+        connect(closed_client)
+    assert "pass an open distributed.Client" in _one_line(excinfo)
+    with pytest.raises(ValueError, match="client is closed") as excinfo:
+        BPNNClassifier((4,), max_iter=1, client=closed_client).fit(X, y)
+    _one_line(excinfo)
+
+
+def test_resume_without_a_checkpoint_dir_is_refused_in_process(data):
+    X, y = data
+    with pytest.raises(ValueError, match="resume=True needs a checkpoint_dir") as excinfo:
+        BPNNClassifier((4,), max_iter=1, resume=True).fit(X, y)
+    _one_line(excinfo)
+
+
+def test_partial_fit_refuses_checkpoints(data, tmp_path):
+    X, y = data
+    clf = BPNNClassifier((4,), checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="partial_fit keeps no checkpoints") as excinfo:
+        clf.partial_fit(X, y, classes=np.unique(y))
+    _one_line(excinfo)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_in_process_resume_refuses_another_models_checkpoint(data, tmp_path):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        BPNNClassifier((4,), max_iter=1, checkpoint_dir=tmp_path).fit(X, y)
+    with pytest.raises(CheckpointError, match="layer_sizes") as excinfo:
+        BPNNClassifier((5,), max_iter=2, checkpoint_dir=tmp_path, resume=True).fit(X, y)
+    _one_line(excinfo)
+
+
+def test_an_in_process_resume_refuses_a_cluster_checkpoint(data, tmp_path):
+    X, y = data
+    # What a cluster fit of this very model writes: same shape, but its epochs are rounds
+    # of per-worker optimizers, not the in-process optimizer's state.
+    fingerprint = {
+        "layer_sizes": [6, 4, 1],
+        "n_params": 6 * 4 + 4 + 4 + 1,
+        "dtype": "float32",
+        "hidden_activation": "relu",
+        "out_activation": "logistic",
+        "solver": "adam",
+    }
+    save_checkpoint(
+        tmp_path,
+        {"params": np.zeros(fingerprint["n_params"], np.float32)},
+        {"round_index": 4, "epoch": 1, "epoch_complete": True, "fingerprint": fingerprint},
+    )
+    with pytest.raises(CheckpointError, match="fit: checkpoint has None") as excinfo:
+        BPNNClassifier((4,), max_iter=2, checkpoint_dir=tmp_path, resume=True).fit(X, y)
+    _one_line(excinfo)
+
+
+def test_a_cluster_resume_refuses_an_in_process_checkpoint(data, tmp_path):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        BPNNClassifier((4,), max_iter=1, checkpoint_dir=tmp_path).fit(X, y)
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        clf = BPNNClassifier((4,), max_iter=2, client=client, checkpoint_dir=tmp_path, resume=True)
+        with pytest.raises(CheckpointError, match="fit: checkpoint has 'in-process'") as excinfo:
+            clf.fit(X, y)
+    _one_line(excinfo)
