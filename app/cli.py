@@ -77,7 +77,7 @@ def monitor_main(
     os.environ["BOKEH_RESOURCES"] = "server"
     import panel as pn
 
-    from app.monitor import dashboard
+    from app.monitor import served_page
 
     port = int(port) or _free_port(address)
     auth: dict[str, str] = {}
@@ -97,7 +97,7 @@ def monitor_main(
     print(f"HMDSPT monitor of {path}", flush=True)
     try:
         pn.serve(
-            {"/": lambda: dashboard(path)},
+            {"/": lambda: served_page(path)},
             port=port,
             address=address,
             websocket_origin=_origins(address, port),
