@@ -119,13 +119,26 @@ def _secs(x: float | None) -> str:
     return f"{x / 3600:.2f} h"
 
 
-def _message(text: str, kind: str = "info") -> pn.pane.Alert:
+class _Message(pn.pane.HTML):
+    """An alert box whose text is shown as text.
+
+    ``pn.pane.Alert`` renders its text as Markdown, so text from a log could add images
+    and links (``![s](http://...)`` makes the browser fetch that URL): this pane has the
+    Alert's look but is HTML of escaped text.
+    """
+
+    _stylesheets = pn.pane.Alert._stylesheets
+
+
+def _message(text: str, kind: str = "info") -> _Message:
     """A readable message in place of charts (``kind``: info, warning, danger).
 
-    ``text`` is plain text (it may come from a log): it is HTML-escaped here.
+    ``text`` is plain text (it may come from a log): it is escaped here, never markup.
     """
-    return pn.pane.Alert(
-        _e(text), alert_type=kind, css_classes=["hm-message"], sizing_mode="stretch_width"
+    return _Message(
+        _e(text),
+        css_classes=["hm-message", "alert", f"alert-{kind}"],
+        sizing_mode="stretch_width",
     )
 
 

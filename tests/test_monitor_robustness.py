@@ -290,3 +290,60 @@ def test_the_served_monitor_shows_a_malformed_log_without_a_traceback(tmp_path):
         text = "\n".join(srv.page_texts())
     assert "Traceback" not in text and "site-packages" not in text, text[:2000]
     assert "rounds: 2" in text and "skipped 2 malformed lines/events" in text
+
+
+# --------------------------------------------------------------------------------------
+# Defect 7: Markdown injection in the monitor
+# --------------------------------------------------------------------------------------
+
+
+def hostile_log(path: Path) -> None:
+    """A failed run whose reason, worker names, run id and dataset carry markup."""
+    # A relative URL is fetched from the app's own server: an origin check alone misses it.
+    img, link, rel = f"![s]({BEACON})", f"[click]({BEACON})", "![w](beacon.png)"
+    with RunLogWriter(path, run_id=f"run {link}") as log:
+        log.run_start(
+            config={"partition": img, "sync": f"<img src='{BEACON}'>"},
+            workers=[
+                {"name": n, "address": "", "nthreads": 1, "memory": 0} for n in ("a", img, rel)
+            ],
+            dataset={"name": link, "n_rows": 300, "n_features": 4},
+            model={"layers": [4, 2], "n_params": 10},
+            timestamp=100.0,
+        )
+        workers = {
+            "a": {"rows": 200, "steps": 1, "busy_s": 1.0, "comm_s": 0.1},
+            img: {"rows": 100, "steps": 1, "busy_s": 1.0, "comm_s": 0.1},
+            rel: {"rows": 100, "steps": 1, "busy_s": 1.0, "comm_s": 0.1},
+        }
+        log.round(1, 1, 1.2, 0.0, 0.5, 0.6, workers, timestamp=101.0)
+        log.worker_lost(img, round=1, reason=img, timestamp=101.5)
+        log.worker_lost(rel, round=1, reason=rel, timestamp=101.55)
+        log.checkpoint(1, f"<{BEACON}>", timestamp=101.6)
+        log.run_end("failed", 2.0, reason=img, timestamp=102.0)
+
+
+def test_text_from_a_log_is_shown_as_text_never_markdown(tmp_path):
+    hostile_log(tmp_path / "hostile.jsonl")
+    _good_events(tmp_path / "good.jsonl")
+    os.utime(tmp_path / "hostile.jsonl", (time.time() + 60, time.time() + 60))  # newest
+    layout = dashboard(tmp_path, live=False)
+    mon = layout.monitor.current
+    assert mon.data.status == "failed"
+    texts = rendered_texts(layout) + rendered_texts(mon.panel())
+    texts += rendered_texts(pn.Column(layout.monitor.comparison.view()))
+    for url in (BEACON, "beacon.png"):
+        assert not markup_pointing_at(texts, url), markup_pointing_at(texts, url)
+    # The text is there, as text: the reason reads as it was logged.
+    shown = "\n".join(html.unescape(t) for t in texts)
+    assert f"Run failed after 1 rounds: ![s]({BEACON})" in html.unescape(shown)
+
+
+def test_messages_about_paths_are_text_too(tmp_path):
+    # A relative URL (a file name holds no slash): the browser would fetch it from the app.
+    folder = tmp_path / "![s](beacon.png)"
+    folder.mkdir()
+    layout = dashboard(folder, live=False)  # "No run logs in ... yet"
+    assert not markup_pointing_at(rendered_texts(layout), "beacon.png")
+    layout = dashboard(tmp_path / "[x](beacon.png)", live=False)  # no such folder
+    assert not markup_pointing_at(rendered_texts(layout), "beacon.png")
