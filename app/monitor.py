@@ -768,15 +768,10 @@ class Comparison(param.Parameterized):
         if not self.run_a or not self.run_b:
             return _message("Comparing needs two run logs; this folder has fewer.", "info")
         try:
-            res = self.result()
+            return self._view(self.result())
         except OSError as exc:
             return _message(f"Cannot read a run log: {exc}", "danger")
         except Exception as exc:  # one line on the page, never a traceback
-            log.exception("the monitor cannot compare %s and %s", self.run_a, self.run_b)
-            return _message(f"Cannot compare these runs: {_one_line(exc)}", "danger")
-        try:
-            return self._view(res)
-        except Exception as exc:
             log.exception("the monitor cannot compare %s and %s", self.run_a, self.run_b)
             return _message(f"Cannot compare these runs: {_one_line(exc)}", "danger")
 
