@@ -72,7 +72,7 @@ from app.rundata import (  # noqa: E402
     list_runs,
 )
 
-__all__ = ["Comparison", "Monitor", "RunMonitor", "dashboard"]
+__all__ = ["Comparison", "Monitor", "RunMonitor", "dashboard", "served_page"]
 
 log = logging.getLogger("hmdspt.monitor")
 
@@ -119,11 +119,33 @@ def _secs(x: float | None) -> str:
     return f"{x / 3600:.2f} h"
 
 
-def _message(text: str, kind: str = "info") -> pn.pane.Alert:
-    """A readable message in place of charts (``kind``: info, warning, danger)."""
-    return pn.pane.Alert(
-        text, alert_type=kind, css_classes=["hm-message"], sizing_mode="stretch_width"
+class _Message(pn.pane.HTML):
+    """An alert box whose text is shown as text.
+
+    ``pn.pane.Alert`` renders its text as Markdown, so text from a log could add images
+    and links (``![s](http://...)`` makes the browser fetch that URL): this pane has the
+    Alert's look but is HTML of escaped text.
+    """
+
+    _stylesheets = pn.pane.Alert._stylesheets
+
+
+def _message(text: str, kind: str = "info") -> _Message:
+    """A readable message in place of charts (``kind``: info, warning, danger).
+
+    ``text`` is plain text (it may come from a log): it is escaped here, never markup.
+    """
+    return _Message(
+        _e(text),
+        css_classes=["hm-message", "alert", f"alert-{kind}"],
+        sizing_mode="stretch_width",
     )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line, ``Type: first line of its message``, never a traceback."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 def _figure(css: str, **kwargs: Any) -> figure:
@@ -175,6 +197,7 @@ class RunMonitor(param.Parameterized):
         super().__init__(**params)
         self.data = RunData(self.path)
         self.error: str | None = None
+        self.failed = False  # an unexpected error: the run's state is not to be trusted
         self.last_poll_s = 0.0
         self._built_with_rounds = False
         self._workers: list[str] = []
@@ -340,6 +363,8 @@ class RunMonitor(param.Parameterized):
         update : Update or None
             What changed (None if the log could not be read; :attr:`error` says why).
         """
+        if self.failed:
+            return None
         start = time.perf_counter()
         try:
             upd = self.data.poll()
@@ -348,16 +373,28 @@ class RunMonitor(param.Parameterized):
                 self.error = f"cannot read {self.path}: {exc}"
                 self.revision += 1
             return None
+        except Exception as exc:  # a log the checks did not foresee: this run only
+            return self._fail(exc)
         if self.error is not None:
             self.error = None
             self.revision += 1
-        if upd.changed:
-            self._apply(upd)
-            self.tick += 1
-        else:
-            self._flush_shares()
+        try:
+            if upd.changed:
+                self._apply(upd)
+                self.tick += 1
+            else:
+                self._flush_shares()
+        except Exception as exc:
+            return self._fail(exc)
         self.last_poll_s = time.perf_counter() - start
         return upd
+
+    def _fail(self, exc: Exception) -> None:
+        """Stop following this run and show why in one line (the trace goes to the log)."""
+        log.exception("the monitor cannot show %s", self.path)
+        self.failed = True
+        self.error = f"Cannot show {Path(self.path).name}: {_one_line(exc)}"
+        self.revision += 1
 
     def _apply(self, upd: Update) -> None:
         d = self.data
@@ -548,8 +585,8 @@ class RunMonitor(param.Parameterized):
         if d.end is not None and d.status != "completed":
             reason = d.end.get("reason")
             kind = "danger" if d.status == "failed" else "warning"
-            text = f"Run {_e(d.status)} after {d.n_rounds} rounds"
-            text += f": {_e(reason)}" if reason else " (no reason logged)."
+            text = f"Run {d.status} after {d.n_rounds} rounds"
+            text += f": {reason}" if reason else " (no reason logged)."
             out.append(_message(text, kind))
         if d.torn_bytes:
             out.append(
@@ -561,35 +598,54 @@ class RunMonitor(param.Parameterized):
                 )
             )
         if d.skipped_lines:
-            out.append(
-                _message(
-                    f"{d.skipped_lines} line(s) of the log are not events and were skipped "
-                    "(a crash or corruption).",
-                    "warning",
-                )
-            )
+            out.append(self._skipped_note())
         if len(d.run_ids) > 1:
             out.append(
-                _message(f"This file holds {len(d.run_ids)} runs; showing {_e(d.run_id)}.", "info")
+                _message(f"This file holds {len(d.run_ids)} runs; showing {d.run_id}.", "info")
             )
         return out
+
+    def _skipped_note(self) -> pn.viewable.Viewable:
+        n = self.data.skipped_lines
+        what = "line/event" if n == 1 else "lines/events"
+        return _message(
+            f"The monitor skipped {n} malformed {what} of this log: not JSON, too long or "
+            "too deeply nested, or fields of the wrong type (a crash, corruption, or a "
+            "writer that does not follow docs/runlog.md).",
+            "warning",
+        )
 
     @param.depends("tick", "revision")
     def header(self) -> pn.viewable.Viewable:
         """Header and notes; re-rendered (cheap HTML) when new events arrive."""
         if self.error:
-            return _message(_e(self.error), "danger")
+            return _message(self.error, "danger")
+        try:
+            return self._header()
+        except Exception as exc:  # one line on the page, never a traceback
+            log.exception("the monitor cannot show %s", self.path)
+            return _message(f"Cannot show {Path(self.path).name}: {_one_line(exc)}", "danger")
+
+    def _header(self) -> pn.viewable.Viewable:
         d = self.data
         if d.n_events == 0:
+            if d.skipped_lines:
+                text = (
+                    f"The run log {d.path.name} holds no valid event yet. The page updates "
+                    "as events arrive."
+                )
+                return pn.Column(
+                    _message(text, "info"), self._skipped_note(), sizing_mode="stretch_width"
+                )
             if d.torn_bytes:
                 text = (
-                    f"The run log {_e(d.path.name)} has no complete event yet, only an "
+                    f"The run log {d.path.name} has no complete event yet, only an "
                     f"unfinished line of {d.torn_bytes} bytes. The page updates as events "
                     "arrive."
                 )
             else:
                 text = (
-                    f"The run log {_e(d.path.name)} is empty: the run has not written its "
+                    f"The run log {d.path.name} is empty: the run has not written its "
                     "first event yet. The page updates as events arrive."
                 )
             return _message(text, "info")
@@ -610,6 +666,13 @@ class RunMonitor(param.Parameterized):
         """The charts, or nothing until the first round (the header says why)."""
         if self.error or self.data.n_rounds == 0:
             return pn.Spacer(height=0)
+        try:
+            return self._charts()
+        except Exception as exc:  # one line on the page, never a traceback
+            log.exception("the monitor cannot draw the charts of %s", self.path)
+            return _message(f"Cannot draw {Path(self.path).name}: {_one_line(exc)}", "danger")
+
+    def _charts(self) -> pn.viewable.Viewable:
         bokeh = {"sizing_mode": "stretch_width"}
         return pn.Column(
             pn.Row(
@@ -705,9 +768,14 @@ class Comparison(param.Parameterized):
         if not self.run_a or not self.run_b:
             return _message("Comparing needs two run logs; this folder has fewer.", "info")
         try:
-            res = self.result()
+            return self._view(self.result())
         except OSError as exc:
-            return _message(f"Cannot read a run log: {_e(exc)}", "danger")
+            return _message(f"Cannot read a run log: {exc}", "danger")
+        except Exception as exc:  # one line on the page, never a traceback
+            log.exception("the monitor cannot compare %s and %s", self.run_a, self.run_b)
+            return _message(f"Cannot compare these runs: {_one_line(exc)}", "danger")
+
+    def _view(self, res: dict) -> pn.viewable.Viewable:
         runs = res["runs"]
         if any(r["run_id"] is None for r in runs):
             return _message("One of the two logs holds no event yet.", "info")
@@ -846,14 +914,14 @@ class Monitor(param.Parameterized):
         try:
             runs = list_runs(self.path)
         except (FileNotFoundError, NotADirectoryError):
-            runs, msg = [], f"There is no run log or folder at {_e(self.path)}."
+            runs, msg = [], f"There is no run log or folder at {self.path}."
         except OSError as exc:
-            runs, msg = [], f"Cannot list {_e(self.path)}: {_e(exc)}"
+            runs, msg = [], f"Cannot list {self.path}: {exc}"
         else:
             msg = (
                 ""
                 if runs
-                else f"No run logs (*.jsonl) in {_e(self.path)} yet. Start a run that writes "
+                else f"No run logs (*.jsonl) in {self.path} yet. Start a run that writes "
                 "its log there; this page lists new logs as they appear."
             )
         options = {r.label: str(r.path) for r in runs}
@@ -978,11 +1046,22 @@ def _served() -> pn.viewable.Viewable:
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("HMDSPT_RUNS", "runs")
     poll = arg("poll_ms")
     poll_ms = int(poll) if poll and poll.isdigit() else 1000
+    return served_page(path, run=arg("run"), poll_ms=max(100, min(poll_ms, 60_000)))
+
+
+def served_page(
+    path: str | os.PathLike, *, run: str | None = None, poll_ms: int = 1000
+) -> pn.viewable.Viewable:
+    """A server session's page: :func:`dashboard`, or one line saying why it failed.
+
+    A browser never gets a traceback (with the installation's paths); the server's log
+    keeps it.
+    """
     try:
-        return dashboard(path, run=arg("run"), poll_ms=max(100, min(poll_ms, 60_000)))
-    except Exception as exc:  # a readable page, never a blank one; the log keeps the trace
+        return dashboard(path, run=run, poll_ms=poll_ms)
+    except Exception as exc:  # a readable page, never a blank one
         log.exception("the monitor failed to build its page")
-        return _message(f"The monitor could not start: {_e(exc)}", "danger")
+        return _message(f"The monitor could not start: {_one_line(exc)}", "danger")
 
 
 if __name__.startswith("bokeh_app") or __name__ == "__main__":

@@ -15,7 +15,6 @@ never unpickles anything.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.runlog import RunLogTail, read_events, summarize
+from pipeline.runlog import RunLogTail, event_problem, parse_event, read_events, summarize
 
 __all__ = [
     "RunData",
@@ -94,8 +93,8 @@ def peek_run(path: str | os.PathLike, max_bytes: int = 65536) -> RunInfo:
     end = head.find(b"\n")
     if end > 0:
         try:
-            first = json.loads(head[:end])
-        except ValueError:
+            first = parse_event(head[:end])
+        except ValueError:  # malformed: the run's page says so, the picker shows the name
             first = None
         if isinstance(first, dict):
             run_id = first.get("run_id") if isinstance(first.get("run_id"), str) else None
@@ -352,7 +351,8 @@ class RunData:
 
     @property
     def skipped_lines(self) -> int:
-        """Complete lines of the log that were not events (corruption or a crash)."""
+        """Complete lines of the log skipped as malformed: not JSON, too long or too deep,
+        or events of the wrong shape (:func:`pipeline.runlog.parse_event`)."""
         return self.tail.skipped
 
     @property
@@ -376,7 +376,11 @@ class RunData:
         return upd
 
     def ingest(self, events: Iterable[Mapping[str, Any]], upd: Update | None = None) -> Update:
-        """Aggregate events (in log order); :meth:`poll` calls it with the tail's events."""
+        """Aggregate events (in log order); :meth:`poll` calls it with the tail's events.
+
+        The events must have passed :func:`pipeline.runlog.event_problem`, as those of
+        :func:`pipeline.runlog.read_events` and the tail have.
+        """
         upd = Update() if upd is None else upd
         rounds_batch: list[Mapping[str, Any]] = []
         for e in events:
@@ -748,6 +752,7 @@ def compare_runs(
     ----------
     a, b : list of dict or path
         The runs' events (or log files); a file holding several runs gives its last run.
+        Malformed lines and events are left out (:func:`pipeline.runlog.event_problem`).
     target : float, optional
         Validation score to reach. Default: the lower of the two runs' best validation
         scores minus 0.01, so both runs reach it and the time compares like with like.
@@ -767,7 +772,10 @@ def compare_runs(
     """
     runs = []
     for src in (a, b):
-        events = read_events(src) if isinstance(src, (str, os.PathLike)) else list(src)
+        if isinstance(src, (str, os.PathLike)):
+            events = read_events(src)  # skips malformed lines and events
+        else:  # events from elsewhere get the same check
+            events = [e for e in src if event_problem(e) is None]
         mine = _run_events(events, None)
         s = summarize(mine)
         curves = _curves(mine)

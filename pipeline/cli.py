@@ -553,8 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_argument(
         "--basic-auth",
         default=None,
-        help="password (or a file of user:password lines) for Panel's basic "
-        "auth; use it whenever --address is not 127.0.0.1",
+        help="ask for a login: a file of user:password lines (only those users get "
+        "in), or a password any user name gets in with; use it whenever --address is not "
+        "127.0.0.1 (docs/security.md)",
     )
     monitor.add_argument(
         "--cookie-secret",

@@ -8,7 +8,8 @@ and versioned by :data:`SCHEMA_VERSION` (written in every ``run_start``).
 
 - :class:`RunLogWriter` appends events, flushing after each one, so a reader sees every
   finished event and at worst one torn last line.
-- :func:`read_events` reads a whole log and ignores a torn last line.
+- :func:`read_events` reads a whole log, ignores a torn last line and skips malformed
+  lines (:func:`parse_event`, :func:`event_problem`).
 - :class:`RunLogTail` follows a growing log, reading only the bytes appended since its
   previous call.
 - :func:`summarize` turns the ``round`` events into idle fractions and parallel efficiency
@@ -34,11 +35,15 @@ import numpy as np
 
 __all__ = [
     "EVENT_TYPES",
+    "MAX_DEPTH",
+    "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
     "SCORE_SOURCES",
     "RunLogTail",
     "RunLogWriter",
+    "event_problem",
     "new_run_id",
+    "parse_event",
     "read_events",
     "summarize",
     "to_json_native",
@@ -512,8 +517,176 @@ def _idle(wall: Any, busy: Any, comm: Any) -> float | None:
 # --------------------------------------------------------------------------------------
 
 
+MAX_LINE_BYTES = 8 << 20
+"""Longest line a reader parses (8 MiB); longer ones are skipped as malformed.
+
+The writer's longest events (``run_end`` with a summary of a thousand workers) are a few
+hundred kB; the limit bounds what one corrupt or hostile line costs a reader."""
+
+MAX_DEPTH = 64
+"""Deepest nesting of objects and lists in an event; deeper lines are skipped as malformed."""
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+def _is_object_of_objects(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+
+
+def _is_worker_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(w, dict) and isinstance(w.get("name", ""), str) for w in value
+    )
+
+
+def _is_model(value: Any) -> bool:
+    layers = value.get("layers") if isinstance(value, dict) else None
+    return isinstance(value, dict) and (
+        layers is None
+        or (
+            isinstance(layers, list)
+            and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in layers)
+        )
+    )
+
+
+# Per event type: (field, check, what it must be). Only what readers iterate, index or
+# show as a name or text; a null or absent field is "unknown" and passes, and a number
+# that is not one reads as unknown (docs/runlog.md, "Reading robustly").
+_SHAPES: dict[str, tuple[tuple[str, Any, str], ...]] = {
+    "run_start": (
+        ("config", lambda v: isinstance(v, dict), "an object"),
+        ("dataset", lambda v: isinstance(v, dict), "an object"),
+        ("model", _is_model, "an object whose layers are a list of numbers"),
+        ("workers", _is_worker_list, "a list of objects with string names"),
+    ),
+    "round": (("workers", _is_object_of_objects, "an object of per-worker objects"),),
+    "partition": (
+        ("rows", lambda v: isinstance(v, dict), "an object"),
+        ("moves", lambda v: isinstance(v, list), "a list"),
+    ),
+    "score": (("worker", lambda v: isinstance(v, str), "a string"),),
+    "worker_lost": (
+        ("worker", lambda v: isinstance(v, str), "a string"),
+        ("reason", _is_text, "text"),
+    ),
+    "worker_joined": (("worker", lambda v: isinstance(v, str), "a string"),),
+    "checkpoint": (("path", _is_text, "text"),),
+    "run_end": (("status", _is_text, "text"), ("reason", _is_text, "text")),
+}
+
+
+def event_problem(record: Any) -> str | None:
+    """Why ``record`` is not an event readers can use, or None if it is one.
+
+    The one place where event shapes are checked (:func:`read_events`,
+    :class:`RunLogTail` and the monitor rely on it): an event is a JSON object with an
+    ``event`` string, a ``run_id`` string (or none), and, for the types of
+    :data:`EVENT_TYPES`, the fields that readers iterate or show as names and text of the
+    documented container types (docs/runlog.md). Null or absent fields are unknown and
+    pass, as do numbers of the wrong type (readers treat them as unknown).
+
+    Parameters
+    ----------
+    record : object
+        A decoded JSON value.
+
+    Returns
+    -------
+    problem : str or None
+        A short phrase naming the offending field, e.g. ``"round.workers is not an object
+        of per-worker objects"``.
+    """
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    kind = record.get("event")
+    if not isinstance(kind, str):
+        return "no event string"
+    if record.get("run_id") is not None and not isinstance(record["run_id"], str):
+        return "run_id is not a string"
+    for field, check, what in _SHAPES.get(kind, ()):
+        value = record.get(field)
+        if value is not None and not check(value):
+            return f"{kind}.{field} is not {what}"
+    return None
+
+
+def _deeper_than(obj: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels (level by level: no
+    recursion, whatever the depth)."""
+    level = [obj]
+    for _ in range(limit):
+        below = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) is dict or type(child) is list:
+                    below.append(child)
+        if not below:
+            return False
+        level = below
+    return True
+
+
+def _side_by_side(record: Any) -> int:
+    """Brackets that cannot lie on one path: all but one of the per-worker objects."""
+    workers = record.get("workers") if isinstance(record, dict) else None
+    if isinstance(workers, dict):
+        workers = workers.values()
+    elif not isinstance(workers, list):
+        return 0
+    return max(0, sum(isinstance(w, (dict, list)) for w in workers) - 1)
+
+
+def parse_event(line: bytes | str) -> dict:
+    """Decode one line of a run log into an event.
+
+    Parameters
+    ----------
+    line : bytes or str
+        One complete line, without its newline (UTF-8 if bytes).
+
+    Returns
+    -------
+    event : dict
+
+    Raises
+    ------
+    ValueError
+        Saying why the line is not an event: longer than :data:`MAX_LINE_BYTES`, not
+        JSON (or not UTF-8), nested deeper than :data:`MAX_DEPTH`, or of the wrong shape
+        (:func:`event_problem`).
+    """
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"a line of {len(line):,} bytes (the limit is {MAX_LINE_BYTES:,})")
+    try:
+        # Decoding first (in C) spares json.loads its per-call guess of the encoding.
+        text = line if isinstance(line, str) else line.decode("utf-8")
+        record = json.loads(text)
+    except RecursionError:  # json's C parser gives up near 1,000 levels
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"not JSON: {exc}") from None
+    # The depth is at most the number of opening brackets (counted in C), less the
+    # per-worker objects side by side: that rules out deep nesting for nearly every
+    # line without walking it.
+    if isinstance(record, (dict, list)):
+        openers = text.count("[") + text.count("{")
+        if (
+            openers > MAX_DEPTH
+            and openers - _side_by_side(record) > MAX_DEPTH
+            and _deeper_than(record, MAX_DEPTH)
+        ):
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    problem = event_problem(record)
+    if problem is not None:
+        raise ValueError(problem)
+    return record
+
+
 def _parse_lines(data: bytes, strict: bool) -> tuple[list[dict], int]:
-    """Parse complete lines; return the events and the number of invalid lines skipped."""
+    """Parse complete lines; return the events and the number of malformed lines skipped."""
     events: list[dict] = []
     skipped = 0
     for line in data.split(b"\n"):
@@ -521,15 +694,11 @@ def _parse_lines(data: bytes, strict: bool) -> tuple[list[dict], int]:
         if not line:
             continue
         try:
-            record = json.loads(line)  # bytes are decoded as UTF-8 by json
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError
-            record = None
-        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            events.append(parse_event(line))
+        except ValueError as exc:
             if strict:
-                raise ValueError(f"invalid run log line: {line[:200]!r}")
+                raise ValueError(f"invalid run log line ({exc}): {line[:200]!r}") from None
             skipped += 1
-            continue
-        events.append(record)
     return events, skipped
 
 
@@ -541,7 +710,7 @@ def read_events(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
     path : str or path-like
         The log file.
     strict : bool, default=False
-        Raise on an invalid complete line instead of skipping it.
+        Raise on a malformed complete line instead of skipping it.
 
     Returns
     -------
@@ -551,9 +720,11 @@ def read_events(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
     Notes
     -----
     The bytes after the last newline are a torn (still being written, or cut by a crash)
-    event and are ignored, whatever ``strict``. Without ``strict``, complete lines that
-    are not JSON objects with an ``event`` string are skipped too; they can only come
-    from a crash (a new writer ends the fragment with a newline) or corruption.
+    event and are ignored, whatever ``strict``. Without ``strict``, malformed complete
+    lines are skipped too (:func:`parse_event` says what that is: not JSON, too long,
+    too deeply nested, or an event of the wrong shape); they come from a crash (a new
+    writer ends the fragment with a newline), corruption, or a writer that does not
+    follow docs/runlog.md. :class:`RunLogTail` counts them.
     """
     data = Path(path).read_bytes()
     end = data.rfind(b"\n") + 1
@@ -572,7 +743,7 @@ class RunLogTail:
     path : str or path-like
         The log file; it need not exist yet.
     strict : bool, default=False
-        Raise on an invalid complete line instead of skipping it.
+        Raise on a malformed complete line instead of skipping it.
     chunk_size : int, default=1 MiB
         Most bytes read at once (bounds memory when catching up on a big log).
 
@@ -581,12 +752,14 @@ class RunLogTail:
     offset : int
         Bytes of the file consumed so far (including :attr:`pending_bytes`).
     skipped : int
-        Invalid complete lines skipped so far.
+        Malformed complete lines skipped so far (:func:`parse_event`).
 
     Notes
     -----
     If the file is replaced or truncated (its inode changes or it shrinks below
-    ``offset``), the tail starts again from its beginning.
+    ``offset``), the tail starts again from its beginning. An unfinished line that grows
+    beyond :data:`MAX_LINE_BYTES` is dropped rather than held, and counted as skipped
+    once its newline arrives.
     """
 
     def __init__(
@@ -600,6 +773,7 @@ class RunLogTail:
         self.offset = 0
         self.skipped = 0
         self._pending = b""
+        self._dropping = False  # inside a line longer than MAX_LINE_BYTES
         self._inode: int | None = None
 
     @property
@@ -612,7 +786,17 @@ class RunLogTail:
         self.offset = 0
         self.skipped = 0
         self._pending = b""
+        self._dropping = False
         self._inode = None
+
+    def _hold(self, data: bytes) -> None:
+        """Keep the bytes of the unfinished last line, unless it is already too long."""
+        if self._dropping:
+            return
+        self._pending += data
+        if len(self._pending) > MAX_LINE_BYTES:
+            self._pending = b""
+            self._dropping = True
 
     def read_new(self) -> list[dict]:
         """Events completed since the previous call (an empty list if none or no file)."""
@@ -639,10 +823,19 @@ class RunLogTail:
                 # none by construction.
                 cut = chunk.rfind(b"\n") + 1
                 if cut == 0:
-                    self._pending += chunk
+                    self._hold(chunk)
                     continue
                 complete = self._pending + chunk[:cut]
-                self._pending = chunk[cut:]
+                if self._dropping:  # the first line ends the over-long one: skip it
+                    if self.strict:
+                        raise ValueError(
+                            f"invalid run log line (longer than {MAX_LINE_BYTES:,} bytes)"
+                        )
+                    complete = complete[complete.index(b"\n") + 1 :]
+                    self._dropping = False
+                    self.skipped += 1
+                self._pending = b""
+                self._hold(chunk[cut:])
                 parsed, skipped = _parse_lines(complete, self.strict)
                 events.extend(parsed)
                 self.skipped += skipped

@@ -32,6 +32,7 @@ from tests.browser.harness import (  # noqa: E402
     wait_rendered,
 )
 from tests.browser.real_run import session_real_logs  # noqa: E402
+from tests.test_monitor_robustness import BEACON, hostile_log  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,6 +87,7 @@ def runs(tmp_path_factory):
         reason="worker w2 lost and not replaced",
         seed=4,
     )
+    hostile_log(folder / "hostile.jsonl")  # markup in its reason, worker names, run id
     live = ReplayedRun(real["proportional"], folder / "live.jsonl")  # still "running"
     for name, src, ahead in (
         ("real.jsonl", real["proportional"], 7200),
@@ -190,3 +192,20 @@ def test_broken_logs_give_readable_pages(app_page, server):
             expect(page.locator(".hm-rounds")).to_have_text("rounds: 10")
     expect(page.locator(".hm-rounds")).to_have_text("rounds: 5")
     expect(page.locator(".hm-status")).to_have_text("failed")
+
+
+def test_text_from_a_log_makes_the_browser_fetch_nothing(app_page, server):
+    """Markup in a log's reason, worker names and run id is shown as text, never fetched."""
+    page = app_page
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}?run=hostile.jsonl")
+    wait_rendered(page)
+    expect(page.locator(".hm-message").first).to_contain_text(
+        f"Run failed after 1 rounds: ![s]({BEACON})", timeout=15_000
+    )
+    expect(page.locator(".hm-header")).to_contain_text("[click](")
+    page.get_by_text("Compare", exact=True).click()
+    expect(page.locator(".hm-compare")).to_be_visible(timeout=20_000)
+    page.wait_for_timeout(500)  # time for any image the page would load
+    assert not [u for u in page.urls if "beacon" in u], page.urls

@@ -482,7 +482,8 @@ def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
 
 
 def test_odd_but_valid_json_events_do_not_break_the_page(tmp_path):
-    # Readers must ignore what they do not know and treat bad numbers as unknown.
+    # Readers must ignore what they do not know and treat bad numbers as unknown; an event
+    # whose lists or objects have the wrong type is skipped and counted (4 here).
     lines = [
         {"event": "run_start", "run_id": "r", "time": 10.0, "workers": "nope", "config": [1]},
         {"event": "score", "run_id": "r", "time": 11.0, "worker": 5, "score": "fast"},
@@ -501,7 +502,7 @@ def test_odd_but_valid_json_events_do_not_break_the_page(tmp_path):
     path.write_text("".join(json.dumps(e) + "\n" for e in lines) + "[1, 2]\nnot json\n")
     mon = RunMonitor(path=str(path))
     assert mon.data.n_rounds == 2
-    assert mon.data.skipped_lines == 2
+    assert mon.data.skipped_lines == 2 + 4
     text = _texts(mon.header())
-    assert "rounds: 2" in text and "not events" in text
+    assert "rounds: 2" in text and "skipped 6 malformed lines/events" in text
     pn.Column(mon.panel()).get_root()  # every chart renders

@@ -183,3 +183,121 @@ def test_npz_of_coefs_and_intercepts_is_a_safe_fallback(digits_model, tmp_path):
     path = tmp_path / "model.npz"
     save_npz(clf, path)
     assert (predict_npz(path, X) == clf.predict(X)).mean() > 0.99
+
+
+# --------------------------------------------------------------------------------------
+# The monitor's login over real HTTP (issue 14, defect 8)
+# --------------------------------------------------------------------------------------
+
+
+def _login(srv, user: str, password: str) -> tuple[int, str, list[str]]:
+    """POST the login form; returns the status, where it redirects and the cookies set."""
+    from urllib.parse import urlencode
+
+    status, headers, _ = srv.request(
+        "POST",
+        "/login",
+        urlencode({"username": user, "password": password}),
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    return status, headers.get("location", [""])[0], headers.get("set-cookie", [])
+
+
+def _logged_in(srv, cookies: list[str]) -> bool:
+    """Whether the page itself is served with these cookies (not a redirect to /login)."""
+    jar = "; ".join(c.split(";", 1)[0] for c in cookies)
+    status, headers, body = srv.request("GET", "/", headers={"Cookie": jar})
+    return status == 200 and b"bokeh" in body.lower()
+
+
+def test_monitor_basic_auth_file_of_user_password_lines_works_over_http(tmp_path):
+    """The documented ``user:password`` file: only a listed user with its password gets in."""
+    from tests.test_monitor_robustness import ServedMonitor
+
+    (tmp_path / "runs").mkdir()
+    pw = tmp_path / "monitor.passwd"
+    pw.write_text("# who may look\nalice:s3cret\n\nbob:pa:ss word\n")
+    with ServedMonitor(tmp_path / "runs", "--basic-auth", str(pw), log_dir=tmp_path / "a") as srv:
+        status, headers, _ = srv.request("GET", "/")
+        assert status == 302 and "login" in headers["location"][0]  # no page before a login
+        for user, password in (("alice", "s3cret"), ("bob", "pa:ss word")):
+            status, where, cookies = _login(srv, user, password)
+            assert status == 302 and "error" not in where, (user, status, where)
+            assert _logged_in(srv, cookies)
+        for user, password in (("alice", "pa:ss word"), ("mallory", "s3cret"), ("alice", "")):
+            status, where, cookies = _login(srv, user, password)
+            assert status == 302 and "error=" in where, (user, status, where)
+            assert not _logged_in(srv, cookies)
+        assert " 500 " not in srv.stderr() and "Traceback" not in srv.stderr(), srv.stderr()
+
+
+def test_monitor_basic_auth_bare_password_admits_any_user_name(tmp_path):
+    """A password on the command line (documented so): any user name with it gets in."""
+    from tests.test_monitor_robustness import ServedMonitor
+
+    (tmp_path / "runs").mkdir()
+    with ServedMonitor(tmp_path / "runs", "--basic-auth", "s3cret", log_dir=tmp_path / "s") as srv:
+        for user in ("alice", "anyone"):
+            status, where, cookies = _login(srv, user, "s3cret")
+            assert status == 302 and "error" not in where and _logged_in(srv, cookies)
+        status, where, cookies = _login(srv, "alice", "wrong")
+        assert "error=" in where and not _logged_in(srv, cookies)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("", "no user:password line"),
+        ("# only a comment\n\n", "no user:password line"),
+        ("alice:s3cret\njustapassword\n", "line 2 is not user:password"),
+        (":s3cret\n", "line 1 has an empty user name"),
+        ("alice:\n", "line 1 has an empty password"),
+        ("alice:a\nalice:b\n", "line 2 repeats the user alice"),
+        (b"alice:\xff\xfe\n", "not UTF-8 text"),
+    ],
+)
+def test_monitor_refuses_a_malformed_basic_auth_file(tmp_path, monkeypatch, capsys, content,
+                                                     problem):  # fmt: skip
+    import panel as pn
+
+    from app.cli import monitor_main
+
+    calls = []
+    monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
+    pw = tmp_path / "monitor.passwd"
+    pw.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert monitor_main(tmp_path, port=1, basic_auth=str(pw)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and problem in err and str(pw) in err, err
+    assert "s3cret" not in err and not calls  # the password is never echoed; nothing served
+
+
+def test_monitor_refuses_a_basic_auth_path_that_does_not_exist(tmp_path, monkeypatch, capsys):
+    """A missing file is not silently taken as the password (the file's name)."""
+    import panel as pn
+
+    from app.cli import monitor_main
+
+    monkeypatch.setattr(pn, "serve", lambda *a, **kw: None)
+    assert monitor_main(tmp_path, port=1, basic_auth=str(tmp_path / "missing.passwd")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no password file" in err, err
+    assert "missing.passwd" not in err  # never echoed: it might be a password after all
+
+
+def test_monitor_warns_about_a_password_file_others_can_read(tmp_path, monkeypatch, capsys):
+    import panel as pn
+
+    from app.cli import monitor_main
+
+    calls = []
+    monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
+    pw = tmp_path / "monitor.passwd"
+    pw.write_text("alice:s3cret\n")
+    pw.chmod(0o644)
+    assert monitor_main(tmp_path, port=1, basic_auth=str(pw)) == 0
+    assert "readable by other users" in capsys.readouterr().err
+    assert calls[-1]["basic_auth"] == {"alice": "s3cret"}  # a dict: no file for Panel
+    pw.chmod(0o600)
+    assert monitor_main(tmp_path, port=1, basic_auth=str(pw)) == 0
+    assert "readable" not in capsys.readouterr().err
