@@ -16,6 +16,7 @@ batch size so the training loop allocates nothing per mini-batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "AdamOptimizer",
     "make_optimizer",
     "BatchBuffers",
+    "divergence_message",
     "minibatch_pass",
 ]
 
@@ -682,3 +684,46 @@ def minibatch_pass(
         optimizer.update(model.params, model.grad)
         n_steps += 1
     return loss_sum, n_steps
+
+
+def divergence_message(loss_curve: Sequence[float]) -> str | None:
+    """A one-line warning when the epoch losses show the fit diverging, else None.
+
+    Diverging means: the last epoch's loss is not finite, or it rose in each of the last
+    two epochs and is above the first epoch's loss. A converging fit's loss rises now and
+    then from noise, but far below where the first epoch left it (the first epoch's mean
+    includes the untrained start); a step size that is too large drives it up and keeps
+    it there (Adam with ``learning_rate_init=1e6``: 2.3e9, 1.3e10, 2.4e10, ...).
+
+    Parameters
+    ----------
+    loss_curve : sequence of float
+        Mean training loss of each epoch so far, first epoch first.
+
+    Returns
+    -------
+    message : str or None
+
+    Examples
+    --------
+    >>> divergence_message([0.9, 0.5, 0.4]) is None
+    True
+    >>> print(divergence_message([2.3e9, 1.3e10, 2.4e10]))  # doctest: +ELLIPSIS
+    the training loss is diverging: it rose for 2 epochs to 2.4e+10, above the first ...
+    """
+    if not len(loss_curve):
+        return None
+    last = float(loss_curve[-1])
+    if not math.isfinite(last):
+        return (
+            f"the training loss is {last} after epoch {len(loss_curve)}: training diverged; "
+            "lower learning_rate_init"
+        )
+    if len(loss_curve) >= 3:
+        before, previous, first = (float(loss_curve[i]) for i in (-3, -2, 0))
+        if before < previous < last and last > first:
+            return (
+                f"the training loss is diverging: it rose for 2 epochs to {last:.3g}, above the "
+                f"first epoch's {first:.3g}; lower learning_rate_init"
+            )
+    return None

@@ -33,6 +33,7 @@ __all__ = [
     "RebalancePolicy",
     "apply_moves",
     "apportion",
+    "fitting_workers",
     "plan_moves",
     "predicted_round_time",
     "should_rebalance",
@@ -256,6 +257,59 @@ def apportion(
     if keys is None:
         return np.asarray(counts, dtype=np.int64)
     return dict(zip(keys, counts))
+
+
+def fitting_workers(
+    n_rows: int, scores: Mapping[Hashable, float], min_rows: int = 1
+) -> dict[Hashable, float]:
+    """The fastest workers that can each hold ``min_rows`` of ``n_rows`` rows.
+
+    All of them when there are rows enough (``n_rows >= min_rows * len(scores)``), else
+    the ``n_rows // min_rows`` with the highest scores (equal scores: the earlier
+    worker); the others are to hold no rows. The result can be passed to
+    :func:`apportion` with the same ``min_rows``.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows to share, ``>= 0``.
+    scores : mapping of worker to float
+        Speed score of each worker, finite and > 0.
+    min_rows : int, default=1
+        Fewest rows a worker that holds any must hold.
+
+    Returns
+    -------
+    scores : dict
+        The chosen workers' scores, in the order of ``scores``.
+
+    Raises
+    ------
+    ValueError
+        No worker at all, or too few rows to give even one worker ``min_rows``.
+
+    Examples
+    --------
+    >>> fitting_workers(2, {"a": 1.0, "b": 3.0, "c": 2.0})
+    {'b': 3.0, 'c': 2.0}
+    """
+    n_rows = _check_count(n_rows, "n_rows")
+    min_rows = _check_count(min_rows, "min_rows")
+    if not isinstance(scores, Mapping):
+        raise TypeError(f"scores must be a mapping of worker to score, got {type(scores)}")
+    values = dict(zip(scores, _check_scores(list(scores.values()))))
+    if not values:
+        raise ValueError("fitting_workers needs at least one worker (scores is empty)")
+    if not min_rows or n_rows >= min_rows * len(values):
+        return values
+    room = n_rows // min_rows
+    if room == 0:
+        raise ValueError(
+            f"too few rows: n_rows={n_rows} cannot give even one worker min_rows={min_rows}"
+        )
+    order = list(values)
+    fastest = set(sorted(range(len(order)), key=lambda i: (-values[order[i]], i))[:room])
+    return {w: values[w] for i, w in enumerate(order) if i in fastest}
 
 
 # ---------------------------------------------------------------------------------------

@@ -599,13 +599,13 @@ def equal_counts(n_rows: int, workers: Sequence[str]) -> dict[str, int]:
 
 
 def _resolve_counts(
-    client: Client, counts: Mapping[str, int] | None, n_rows: int
+    client: Client, counts: Mapping[str, int] | None, n_rows: int, skip_lost: bool = False
 ) -> dict[str, int]:
     workers = _cluster_workers(client)
     if counts is None:
         return {w: c for w, c in equal_counts(n_rows, workers).items() if c > 0}
     unknown = [w for w in counts if w not in workers]
-    if unknown:
+    if unknown and not skip_lost:  # with skip_lost they count as lost: left since planned
         raise ValueError(f"counts name unknown workers {unknown}; the cluster has {workers}")
     out: dict[str, int] = {}
     for w, c in counts.items():
@@ -692,6 +692,34 @@ def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 
             raise RuntimeError(f"staging task {fut.key} ended as {fut.status!r}")
 
 
+def _wait_shards(futures: Mapping[str, Future], skip_lost: bool) -> dict[str, Future]:
+    """Wait for the shards being built, each pinned to its worker (see :func:`stage`).
+
+    With ``skip_lost`` the shards of workers that left are dropped and the others waited
+    for; without it a worker that left raises :class:`WorkerLostError`. On any failure
+    every shard is released, so nothing stays on the workers.
+    """
+    live = dict(futures)
+    try:
+        while live:
+            try:
+                _wait_ok(live.values(), live)
+                break
+            except WorkerLostError:
+                if not skip_lost:
+                    raise
+                gone = set(live) - set(scheduler_workers(next(iter(live.values())).client))
+                if not gone:
+                    raise
+                for w in gone:
+                    live.pop(w).release()
+    except BaseException:
+        for fut in live.values():
+            fut.release()
+        raise
+    return live
+
+
 def scatter_to(
     client: Client, data: Any, worker: str, timeout: float = 30.0, poll_s: float = 0.5
 ) -> Future:
@@ -699,30 +727,39 @@ def scatter_to(
 
     distributed's direct scatter waits, for as long as its timeout, until the worker
     *runs*; one that is retiring or has left never will. Here each attempt waits
-    ``poll_s`` and then checks that the worker is still in the cluster.
+    ``poll_s`` and then checks that the worker is still in the cluster. A broken
+    connection (the worker died mid-transfer, before the scheduler noticed) is one more
+    failed attempt: the next look at the cluster tells a lost worker from a blip.
 
     Raises
     ------
     WorkerLostError
         ``worker`` left the cluster (or was never in it).
     TimeoutError
-        ``worker`` stayed in the cluster for ``timeout`` seconds without running tasks
-        (paused for memory, or retiring without leaving).
+        ``worker`` stayed in the cluster for ``timeout`` seconds without taking the data
+        (paused for memory, retiring without leaving, or unreachable).
     """
     deadline = time.monotonic() + timeout
     while True:
+        broken: OSError | None = None
         try:
             return client.scatter(data, workers=[worker], direct=True, hash=False, timeout=poll_s)
-        except TimeoutError as exc:
+        except TimeoutError as exc:  # before OSError: TimeoutError is one
             exc.__traceback__ = None  # see wait_some: the cycle would keep data alive
+        except OSError as exc:  # CommClosedError, connection refused or reset
+            exc.__traceback__ = None
+            broken = exc
         info = scheduler_workers(client).get(worker)
         if info is None:
             raise WorkerLostError(f"worker {worker} left the cluster during staging")
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 f"worker {worker} took no data for {timeout:g} s: it is in the cluster but "
-                f"not running tasks (status {info.get('status', 'unknown')!r})"
+                f"not running tasks (status {info.get('status', 'unknown')!r}"
+                + (f", last error {broken!r})" if broken is not None else ")")
             )
+        if broken is not None:  # failed at once: give the scheduler time to notice
+            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
 
 
 def _is_dask(obj: Any) -> bool:
@@ -779,6 +816,7 @@ def stage(
     x_key: str | None = None,
     dtype: Any = np.float32,
     csv_chunksize: int = 65_536,
+    skip_lost: bool = False,
 ) -> StagedData:
     """Put the rows of a data set on the workers, ``counts[address]`` rows each.
 
@@ -813,6 +851,13 @@ def stage(
         dtype of the shards' ``X``.
     csv_chunksize : int, default=65536
         Rows a worker parses at a time from a CSV file.
+    skip_lost : bool, default=False
+        A worker of ``counts`` that leaves the cluster while the rows are staged (or has
+        left since ``counts`` was planned): False releases every shard staged so far and
+        raises :class:`WorkerLostError`; True leaves that worker out and stages the
+        others' shards as planned. Its rows are then staged nowhere: the result's
+        ``n_rows`` is short of the data's, and the caller re-stages them (see
+        :func:`add_rows`). The result may hold no worker at all.
 
     Returns
     -------
@@ -825,9 +870,12 @@ def stage(
         A path that does not exist.
     ValueError
         Unknown file type, missing target column or key, X and y of different lengths,
-        counts that name unknown workers or do not sum to the number of rows.
+        counts that name unknown workers (without ``skip_lost``) or do not sum to the
+        number of rows.
     TypeError
         Non-numeric feature columns.
+    WorkerLostError
+        Without ``skip_lost``: a worker left the cluster while its rows were staged.
 
     Notes
     -----
@@ -848,12 +896,14 @@ def stage(
     if isinstance(X, (str, os.PathLike)):
         if y is not None:
             raise ValueError("with a path, the labels come from the file: use target=, not y")
-        return _stage_path(client, os.fspath(X), counts, seed, target, x_key, dtype, csv_chunksize)
+        return _stage_path(
+            client, os.fspath(X), counts, seed, target, x_key, dtype, csv_chunksize, skip_lost
+        )
     if x_key is not None:
         raise ValueError("x_key= applies to .npz paths only")
     if _is_dask(X) or _is_dask(y):
-        return _stage_dask(client, X, y, counts, seed, target, dtype)
-    return _stage_memory(client, X, y, counts, seed, target, dtype)
+        return _stage_dask(client, X, y, counts, seed, target, dtype, skip_lost)
+    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost)
 
 
 def _stage_memory(
@@ -864,6 +914,7 @@ def _stage_memory(
     seed: int,
     target: str | None,
     dtype: np.dtype,
+    skip_lost: bool = False,
 ) -> StagedData:
     feature_names = None
     if isinstance(X, pd.DataFrame):
@@ -886,9 +937,10 @@ def _stage_memory(
     if n_rows == 0:
         raise ValueError("no rows to stage")
     n_features = 1 if X.ndim == 1 else X.shape[1]
-    counts = _resolve_counts(client, counts, n_rows)
+    counts = _resolve_counts(client, counts, n_rows, skip_lost)
     perm = _permutation(seed, n_rows)
     futures: dict[str, Future] = {}
+    lost = set(counts) - set(scheduler_workers(client)) if skip_lost else set()
     # One shard is sent (a helper thread waits on the scatter) while the next is gathered:
     # the two overlap, at the cost of holding two shards instead of one on the driver.
     # Measured on KDD (494,021 x 41 float32, 3 shards; medians of interleaved runs):
@@ -897,29 +949,49 @@ def _stage_memory(
     # strided rows make the gathers 0.18 s (6 and 8 runs). Gathering from a C-ordered
     # copy of such an X was faster again, but the copy tripled the staging benchmark's
     # driver peak, and X is the user's, in memory already.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-stage") as sender:
-        sending: tuple[str, Any] | None = None
-        for w, (start, stop) in _bounds(counts).items():
-            ids = perm[start:stop].copy()
-            rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
-            shard = Shard(
-                X=_as_features(rows, dtype),
-                y=None if y is None else np.ascontiguousarray(y[ids]),
-                row_ids=ids,
-            )
+    sending: tuple[str, Any] | None = None
+
+    def sent() -> None:
+        """Take the finished scatter's future; a worker that left is skipped or raised."""
+        worker, job = sending
+        try:
+            futures[worker] = job.result()
+        except WorkerLostError:
+            if not skip_lost:
+                raise
+            lost.add(worker)
+
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-stage") as sender:
+            for w, (start, stop) in _bounds(counts).items():
+                if w in lost:
+                    continue
+                ids = perm[start:stop].copy()
+                rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
+                shard = Shard(
+                    X=_as_features(rows, dtype),
+                    y=None if y is None else np.ascontiguousarray(y[ids]),
+                    row_ids=ids,
+                )
+                if sending is not None:
+                    sent()
+                # Driver -> worker, not through the scheduler, and without tokenising
+                # (hashing) the whole shard.
+                sending = (w, sender.submit(scatter_to, client, shard, w))
+                del shard, rows
             if sending is not None:
-                futures[sending[0]] = sending[1].result()
-            # Driver -> worker, not through the scheduler, and without tokenising
-            # (hashing) the whole shard.
-            sending = (
-                w,
-                sender.submit(scatter_to, client, shard, w),
-            )
-            del shard, rows
-        if sending is not None:
-            futures[sending[0]] = sending[1].result()
+                sent()
+                sending = None
+    except BaseException:
+        # Nothing stays on the workers: the shards sent, and one still in flight.
+        if sending is not None and sending[1].done() and sending[1].exception() is None:
+            sending[1].result().release()
+        for fut in futures.values():
+            fut.release()
+        raise
+    staged_counts = {w: counts[w] for w in futures}
     return StagedData(
-        client, futures, counts, n_features, feature_names, y is not None, seed, "memory"
+        client, futures, staged_counts, n_features, feature_names, y is not None, seed, "memory"
     )
 
 
@@ -968,6 +1040,7 @@ def _stage_dask(
     seed: int,
     target: str | None,
     dtype: np.dtype,
+    skip_lost: bool = False,
 ) -> StagedData:
     feature_names = None
     if hasattr(X, "columns"):
@@ -990,10 +1063,13 @@ def _stage_dask(
         raise ValueError(f"X has {n_rows} rows but y has {sum(y_lengths)}")
     if n_rows == 0:
         raise ValueError("no rows to stage")
-    counts = _resolve_counts(client, counts, n_rows)
+    counts = _resolve_counts(client, counts, n_rows, skip_lost)
     perm = client.submit(_permutation, seed, n_rows, pure=False)
     futures: dict[str, Future] = {}
+    lost = set(counts) - set(scheduler_workers(client)) if skip_lost else set()
     for w, (start, stop) in _bounds(counts).items():
+        if w in lost:
+            continue
         y_pieces = None
         if y_blocks is not None:
             y_pieces = _submit_pieces(client, y_blocks, y_lengths, perm, start, stop, None)
@@ -1008,8 +1084,9 @@ def _stage_dask(
             allow_other_workers=False,
             pure=False,
         )
-    _wait_ok(futures.values(), futures)
+    futures = _wait_shards(futures, skip_lost)
     # The blocks and pieces are released when their futures go out of scope here.
+    counts = {w: counts[w] for w in futures}
     return StagedData(
         client, futures, counts, n_features, feature_names, y is not None, seed, "dask"
     )
@@ -1024,6 +1101,7 @@ def _stage_path(
     x_key: str | None,
     dtype: np.dtype,
     csv_chunksize: int,
+    skip_lost: bool = False,
 ) -> StagedData:
     path = os.path.abspath(path)
     if not os.path.exists(path):
@@ -1041,9 +1119,12 @@ def _stage_path(
     n_rows, n_features = meta["n_rows"], meta["n_features"]
     if n_rows == 0:
         raise ValueError(f"{path} has no rows")
-    counts = _resolve_counts(client, counts, n_rows)
+    counts = _resolve_counts(client, counts, n_rows, skip_lost)
     futures: dict[str, Future] = {}
+    lost = set(counts) - set(scheduler_workers(client)) if skip_lost else set()
     for w, (start, stop) in _bounds(counts).items():
+        if w in lost:
+            continue
         if kind == "npz":
             args = (_read_npz_shard, path, meta["x_key"], meta["y_key"])
         elif kind == "parquet":
@@ -1063,7 +1144,8 @@ def _stage_path(
             allow_other_workers=False,
             pure=False,
         )
-    _wait_ok(futures.values(), futures)
+    futures = _wait_shards(futures, skip_lost)
+    counts = {w: counts[w] for w in futures}
     return StagedData(client, futures, counts, n_features, names, has_y, seed, f"{kind}:{path}")
 
 

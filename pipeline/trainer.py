@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from distributed import Client
 
 from . import merge, partition, scoring, staging
 from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
-from .nn import MLP, make_optimizer, minibatch_pass
+from .nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from .runlog import RunLogWriter, new_run_id, read_events, summarize
 from .worker_tasks import RoundSpec, drop_run_state, remembered_speed, round_task, speed_key
 
@@ -335,6 +336,11 @@ class Trainer:
         self._eval_s = 0.0  # seconds spent in evaluate, not counted as training
         self.active: set[str] = set()  # registered workers believed alive
         self._disturbed_epochs: set[int] = set()  # epochs in which rows were re-staged
+        self._restaged_rows: Counter[int] = Counter()  # epoch -> rows re-staged during it
+        self._due_rows = 0  # rows the workers have yet to process in the running epoch
+        self._catching_up = False  # in an epoch's catch-up rounds (see fit)
+        self.loss_curve: list[float] = []  # mean training loss of each complete epoch
+        self.divergence_warning: str | None = None  # written to the run log once
         self._epoch = 0
         self._X: np.ndarray | None = None
         self._Y: np.ndarray | None = None
@@ -375,7 +381,7 @@ class Trainer:
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
         addresses = sorted(workers)
         if self.config.partition == "equal":
-            return partition.apportion(n_rows, {a: 1.0 for a in addresses}, self.config.min_rows)
+            return self._shares(n_rows, {a: 1.0 for a in addresses})
         if self.resumed_from is not None and all(
             self.scorer.estimates[a].n_updates for a in addresses
         ):
@@ -389,7 +395,7 @@ class Trainer:
                     source="online",  # measured online before the restart
                     restored=True,
                 )
-            return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+            return self._shares(n_rows, self.scorer.scores())
         remembered = self._remembered_speeds(addresses)
         if remembered is not None:
             for addr, memory in remembered.items():
@@ -403,7 +409,7 @@ class Trainer:
                     age_s=memory["age_s"],
                     from_run_id=memory["run_id"],
                 )
-            return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+            return self._shares(n_rows, self.scorer.scores())
         probe = scoring.score_workers(
             self.client,
             self.model.layer_sizes,
@@ -417,7 +423,15 @@ class Trainer:
         for addr, speed in probe.items():
             self.scorer.update_speed(addr, speed)
             self._log("score", round=0, worker=self._names[addr], score=speed, source="probe")
-        return partition.apportion(n_rows, self.scorer.scores(), self.config.min_rows)
+        return self._shares(n_rows, self.scorer.scores())
+
+    def _shares(self, n_rows: int, scores: dict[str, float]) -> dict[str, int]:
+        """Rows per worker by score; with fewer rows than ``min_rows`` each, the fastest
+        workers that can have them (:func:`pipeline.partition.fitting_workers`)."""
+        min_rows = self.config.min_rows
+        return partition.apportion(
+            n_rows, partition.fitting_workers(n_rows, scores, min_rows), min_rows
+        )
 
     def _remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
         """Every worker's remembered speed for this model shape, or None (then probe)."""
@@ -522,6 +536,10 @@ class Trainer:
         pipeline.checkpoint.CheckpointError
             With ``resume=True``, when the newest good checkpoint belongs to a model of
             another shape (layer sizes, parameter count, dtype, activations, solver).
+        TrainingError
+            Every worker was lost, a worker failed, or the training diverged (a round's
+            loss or the merged parameters are not finite). The run log's ``run_end``
+            then says ``failed``, with the reason.
 
         Notes
         -----
@@ -576,10 +594,20 @@ class Trainer:
             # Kept to re-stage the rows of a lost worker from the source.
             self._X, self._Y = np.asarray(X), Y
             t0 = time.perf_counter()
+            # A worker lost meanwhile is left out; its rows then go to the survivors.
             self.staged = staging.stage(
-                self.client, X, Y, counts=counts, seed=cfg.seed, dtype=self.model.dtype
+                self.client,
+                X,
+                Y,
+                counts=counts,
+                seed=cfg.seed,
+                dtype=self.model.dtype,
+                skip_lost=True,
             )
             self._log_partition(self.round_index, [], time.perf_counter() - t0)
+            lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
+            if lost:
+                self._recover(lost)  # raises when nobody is left
             if self.resumed_from is not None:
                 ckpt = self.resumed_from
                 if self.log is not None:
@@ -650,13 +678,15 @@ class Trainer:
                         on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
                     self._save_checkpoint(epoch, epoch_complete=True)
                     break
-                # The exactly-once invariant of an epoch; an epoch in which a lost worker's
-                # rows were re-staged from the source is exempt (some are processed twice).
-                if epoch_rows != n_rows and epoch not in self._disturbed_epochs:
-                    raise TrainingError(
-                        f"epoch {epoch} processed {epoch_rows} rows, expected {n_rows}"
-                    )
-                mean_loss = epoch_loss / n_rows
+                # Rows of a worker lost in the epoch's last round were re-staged after it:
+                # catch-up rounds process them, so no row of the epoch is left out.
+                self._catching_up = True
+                while self._due_rows:
+                    record = self._round(epoch, False, 1, evaluate, True)
+                    epoch_loss += record.loss_sum
+                    epoch_rows += record.rows
+                self._catching_up = False
+                mean_loss = self._end_epoch(epoch, epoch_loss, epoch_rows)
                 stop = on_epoch_end is not None and on_epoch_end(epoch, mean_loss)
                 self._save_checkpoint(epoch, epoch_complete=True)
                 if stop:
@@ -670,6 +700,34 @@ class Trainer:
             raise TrainingError(reason) from exc
         finally:
             self._finish(status, reason)
+
+    def _end_epoch(self, epoch: int, loss_sum: float, rows: int) -> float:
+        """Check and log a complete epoch; its mean training loss.
+
+        Every row is processed at least once per epoch. Exactly once, unless rows of a
+        lost worker were re-staged during the epoch: those it had processed in earlier
+        rounds are processed again, and counted as ``duplicates``.
+        """
+        duplicates = rows - self.n_rows
+        if duplicates < 0 or (duplicates and epoch not in self._disturbed_epochs):
+            raise TrainingError(f"epoch {epoch} processed {rows} rows, expected {self.n_rows}")
+        mean_loss = loss_sum / rows
+        if self.log is not None:
+            self.log.write(
+                "epoch",
+                epoch=epoch,
+                round=self.round_index,
+                rows=rows,
+                duplicates=duplicates,
+                restaged=self._restaged_rows[epoch],
+                loss=mean_loss,
+            )
+        self.loss_curve.append(mean_loss)
+        if self.divergence_warning is None:
+            self.divergence_warning = divergence_message(self.loss_curve)
+            if self.divergence_warning is not None and self.log is not None:
+                self.log.write("warning", round=self.round_index, message=self.divergence_warning)
+        return mean_loss
 
     # ------------------------------------------------------------ checkpoints
     def fingerprint(self) -> dict[str, Any]:
@@ -786,11 +844,13 @@ class Trainer:
             # equal shares (the fast workers finish early, and on a shared machine the
             # others then run with less contention than in a proportional round), nor
             # from ramp rounds (fixed per-round costs weigh more in them), nor from bsp's
-            # gradients (a different cost per row).
+            # gradients (a different cost per row), nor from catch-up rounds (only some
+            # workers have rows due).
             remember_speed=(
                 cfg.partition == "proportional"
                 and cfg.sync != "bsp"
                 and rounds_left <= self._rounds_per_epoch
+                and not self._catching_up
             ),
         )
 
@@ -863,6 +923,17 @@ class Trainer:
             sum(r["loss_sum"] for r in results.values()),
             sum(r["rows"] for r in results.values()),
         )
+        loss = record.loss_sum / max(record.rows, 1)
+        finite = bool(np.isfinite(self.model.params).all())
+        if not (finite and math.isfinite(loss)):
+            self.client.cancel(list(params_futures.values()))
+            raise TrainingError(
+                f"training diverged in round {self.round_index}: the loss is {loss:.3g} "
+                f"({'finite' if finite else 'non-finite'} parameters); lower "
+                "learning_rate_init"
+            )
+        # Lost workers' rows re-staged after this round (below) are added to these.
+        self._due_rows = sum(r["due_left"] for r in results.values())
         dense_bytes = self.model.params.nbytes
         for addr, res in results.items():
             busy = res["busy_s"]
@@ -890,8 +961,9 @@ class Trainer:
             epoch=epoch,
             wall_s=wall,
             merge_s=merge_s,
-            loss=record.loss_sum / max(record.rows, 1),
-            val_score=self._evaluate(evaluate, epoch_end),
+            loss=loss,
+            # With a worker lost, catch-up rounds end the epoch (see fit).
+            val_score=self._evaluate(evaluate, epoch_end and not lost),
             workers=record.workers,
         )
         self.client.cancel(list(params_futures.values()))
@@ -1064,6 +1136,8 @@ class Trainer:
                 self.client, self.staged, self._X, self._Y, assignment, dtype=self.model.dtype
             )
             self._disturbed_epochs.add(self._epoch)
+            self._restaged_rows[self._epoch] += len(missing)
+            self._due_rows += len(missing)  # they arrive not done (add_rows)
         return missing
 
     def _join(self, joined: set[str]) -> None:
@@ -1141,7 +1215,13 @@ class Trainer:
             scores = {a: self.scorer.score(a) for a in members}
         else:
             scores = {a: 1.0 for a in members}
-        moves = self.policy.decide(current, scores)
+        fitting = partition.fitting_workers(self.n_rows, scores, self.config.min_rows)
+        holders = [a for a in members if current[a]]
+        if len(fitting) < len(scores) and len(holders) == len(fitting) and not force:
+            # Fewer rows than workers: the holders keep them while their ranking by
+            # (noisy) scores changes; a join (force) ranks again.
+            fitting = {a: scores[a] for a in holders}
+        moves = self.policy.decide(current, fitting)
         if not moves:
             return
         start = time.perf_counter()
@@ -1170,7 +1250,11 @@ class Trainer:
         self._log(
             "partition",
             round=round_,
-            rows={self._names[a]: int(n) for a, n in self.staged.counts.items()},
+            # Members without rows too (fewer rows than workers: see _shares).
+            rows={
+                self._names[a]: int(self.staged.counts.get(a, 0))
+                for a in [*self.staged.counts, *sorted(self.active - set(self.staged.counts))]
+            },
             moves=[
                 (
                     self._names.get(m.source, m.source),

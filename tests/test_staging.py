@@ -242,6 +242,30 @@ def test_stage_every_source_gives_the_same_audited_shards(client, workers, data,
         staged.release()
 
 
+@pytest.mark.parametrize("kind", ["numpy", "dask-array", "npz"])
+def test_skip_lost_stages_the_others_as_planned_and_leaves_the_lost_rows_out(
+    client, workers, data, files, kind
+):
+    """A worker gone since the counts were planned: its rows are staged nowhere."""
+    X, y, _ = data
+    gone = "tcp://10.0.0.1:1"
+    counts = {workers[0]: 1000, gone: 1200, workers[1]: 800}
+    args, kwargs = make_source(kind, data, files)
+    with pytest.raises(ValueError, match="unknown workers"):
+        stage(client, *args, counts=counts, seed=7, **kwargs)
+    staged = stage(client, *args, counts=counts, seed=7, skip_lost=True, **kwargs)
+    try:
+        assert staged.counts == {workers[0]: 1000, workers[1]: 800}
+        shards = {w: client.gather(f) for w, f in staged.futures.items()}
+        ids = staging._permutation(7, N)  # each survivor has the rows it was planned
+        np.testing.assert_array_equal(shards[workers[0]].row_ids, ids[:1000])
+        np.testing.assert_array_equal(shards[workers[1]].row_ids, ids[2200:])
+        for shard in shards.values():
+            np.testing.assert_array_equal(shard.X, X[shard.row_ids])
+    finally:
+        staged.release()
+
+
 def test_default_counts_are_equal_and_classes_balanced(client, workers, data):
     X, y, _ = data
     staged = stage(client, X, y)

@@ -1,0 +1,305 @@
+"""Faults of a fit that used to end it or lose rows silently (issue 14, second pass).
+
+Each test is named after the defect it covers: a worker lost while the rows are first
+staged (defect 2), a worker lost in an epoch's last round (3), a diverging fit (11) and
+fewer rows than workers (13c). Kills need worker processes; the rest runs on in-process
+clusters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import load_digits, make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline.cluster import local_cluster
+from pipeline.estimator import BPNNClassifier
+from pipeline.nn import MLP, divergence_message
+from pipeline.partition import fitting_workers
+from pipeline.runlog import read_events
+from pipeline.staging import scheduler_workers
+from pipeline.trainer import Trainer, TrainerConfig, TrainingError
+
+
+def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    X, y = make_classification(
+        n_samples=n, n_features=20, n_informative=12, n_classes=3, random_state=seed
+    )
+    return X.astype(np.float32), y, np.eye(3, dtype=np.float32)[y]
+
+
+def _config(log, **config) -> TrainerConfig:
+    return TrainerConfig(run_log=str(log), probe_seconds=0.3, record_row_ids=True, **config)
+
+
+def _model(n_features: int = 20, n_outputs: int = 3) -> MLP:
+    model = MLP((n_features, 32, n_outputs))
+    model.initialize(np.random.RandomState(0))
+    return model
+
+
+_ADAM = dict(solver="adam", learning_rate_init=0.003)
+
+
+def _kill(cluster, address: str) -> None:
+    """SIGKILL the worker process at ``address`` (its nanny starts a fresh one, which
+    joins under a new address, as after a crash)."""
+    (nanny,) = [n for n in cluster.workers.values() if n.worker_address == address]
+    os.kill(nanny.process.process.pid, signal.SIGKILL)
+
+
+def _when_staging_starts(action, timeout: float = 120.0) -> threading.Thread:
+    """Run ``action()`` as soon as the in-memory staging's sender thread exists.
+
+    That thread is started by the first shard's scatter, so ``action`` runs while the
+    rows are being staged, before the last shard's scatter began.
+    """
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(t.name.startswith("hmdspt-stage") for t in threading.enumerate()):
+                action()
+                return
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
+    # Large enough that staging three shards takes tens of milliseconds.
+    X, _, Y = _data(200_000)
+    log = tmp_path / "staging-kill.jsonl"
+    with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
+        # Shards are sent in address order: the last one's scatter starts last.
+        victim = sorted(scheduler_workers(client))[-1]
+        victim_name = scheduler_workers(client)[victim]["name"]
+        killer = _when_staging_starts(lambda: _kill(cluster, victim))
+        trainer = Trainer(client, _model(), _ADAM, 256, _config(log, rounds_per_epoch=2))
+        trainer.fit(X, Y, max_epochs=2)
+        killer.join()
+    events = read_events(log)
+    lost = [e for e in events if e["event"] == "worker_lost"]
+    assert [(e["worker"], e["round"]) for e in lost] == [(victim_name, 0)]
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+    assert sorted(trainer.rows_seen) == [1, 2]
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
+    assert sum(trainer.final_counts.values()) == len(X)
+
+
+class _KillsAfterTheBroadcast(Trainer):
+    """A trainer that SIGKILLs one staged worker once ``w_t`` is sent in ``kill_in_round``.
+
+    The worker then dies while the round's tasks run: its result never comes back and
+    its rows are re-staged after the round, due again in the running epoch.
+    """
+
+    def __init__(self, *args, cluster, kill_in_round: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster, self.kill_in_round, self.killed = cluster, kill_in_round, None
+
+    def _broadcast(self):
+        sent = super()._broadcast()
+        if self.round_index == self.kill_in_round and self.killed is None:
+            self.killed = sorted(self.staged.futures)[0]
+            _kill(self.cluster, self.killed)
+        return sent
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicates(tmp_path):
+    X, _, Y = _data(12000)
+    log = tmp_path / "last-round-kill.jsonl"
+    with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as client:
+        # No ramp: epoch 1 is rounds 1, 2, 3 and round 3 is its last.
+        config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
+        trainer = _KillsAfterTheBroadcast(
+            client, _model(), _ADAM, 128, config, cluster=cluster, kill_in_round=3
+        )
+        trainer.fit(X, Y, max_epochs=3)
+    events = read_events(log)
+    lost = [e for e in events if e["event"] == "worker_lost"]
+    assert [e["round"] for e in lost] == [3]
+    assert events[-1]["status"] == "completed"
+    seen = trainer.rows_seen[1]
+    assert (seen >= 1).all(), f"epoch 1 left {int((seen == 0).sum())} rows unprocessed"
+    epochs = {e["epoch"]: e for e in events if e["event"] == "epoch"}
+    assert sorted(epochs) == [1, 2, 3]
+    first = epochs[1]
+    assert first["rows"] == int(seen.sum())
+    assert first["duplicates"] == int(seen.sum()) - len(X) == int((seen - 1).sum()) > 0
+    assert first["restaged"] > 0
+    for epoch in (2, 3):
+        assert (trainer.rows_seen[epoch] == 1).all()
+        assert epochs[epoch]["duplicates"] == 0 and epochs[epoch]["rows"] == len(X)
+    assert sum(trainer.final_counts.values()) == len(X)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def test_a_diverging_fit_fails_at_its_round_and_the_run_log_says_so(client, tmp_path):
+    X, y, _ = _data(3000)
+    log = tmp_path / "diverged.jsonl"
+    clf = BPNNClassifier(
+        (32,),
+        client=client,
+        solver="sgd",
+        learning_rate_init=1e6,
+        max_iter=20,
+        rounds_per_epoch=2,
+        run_log=log,
+        random_state=0,
+    )
+    with pytest.raises(TrainingError, match=r"training diverged in round \d+: the loss is"):
+        clf.fit(X, y)
+    end = read_events(log)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed"
+    assert "training diverged in round" in end["reason"]
+    assert "lower learning_rate_init" in end["reason"]
+
+
+def test_a_fit_whose_loss_climbs_is_warned_about_once_in_the_run_log(client, tmp_path):
+    X, y, _ = _data(3000)
+    log = tmp_path / "climbing.jsonl"
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    clf = BPNNClassifier(
+        (32,),
+        client=client,
+        learning_rate_init=1e6,  # Adam: the loss climbs to ~1e10 and stays finite
+        max_iter=8,
+        rounds_per_epoch=2,
+        run_log=log,
+        random_state=0,
+    )
+    clf.fit(X, y)
+    events = read_events(log)
+    warned = [e for e in events if e["event"] == "warning"]
+    assert len(warned) == 1, [e["loss"] for e in events if e["event"] == "round"]
+    assert "lower learning_rate_init" in warned[0]["message"]
+    assert warned[0]["round"] >= 1
+    assert events[-1]["status"] == "completed"
+
+
+def _prefixes_warned(curve: list[float]) -> list[int]:
+    """Epochs (1-based) after which :func:`divergence_message` fires on the curve so far."""
+    return [k for k in range(1, len(curve) + 1) if divergence_message(curve[:k]) is not None]
+
+
+def test_divergence_message_fires_on_a_diverging_curve_and_on_non_finite_losses():
+    X, y, _ = _data(3000)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    curve = BPNNClassifier((32,), learning_rate_init=1e6, max_iter=6, random_state=0).fit(X, y)
+    assert _prefixes_warned(curve.loss_curve_), curve.loss_curve_
+    message = divergence_message([2.3e9, 1.3e10, 2.4e10])
+    assert message is not None and "\n" not in message
+    assert "lower learning_rate_init" in message
+    assert divergence_message([0.9, float("nan")]) is not None
+    assert divergence_message([float("inf")]) is not None
+    assert divergence_message([]) is None
+    assert divergence_message([1.0, 1.1, 1.2]) is not None  # rose twice, above epoch 1
+    assert divergence_message([1.0, 0.5, 0.6, 0.7]) is None  # rose twice, below epoch 1
+
+
+@pytest.mark.parametrize("solver", ["adam", "sgd"])
+def test_divergence_message_stays_quiet_on_normal_fits(solver):
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    digits_X, digits_y = load_digits(return_X_y=True)
+    X, y, _ = _data(4000)
+    for features, labels in ((digits_X, digits_y), (X, y)):
+        for seed in (0, 1):
+            fit = BPNNClassifier((64,), solver=solver, random_state=seed).fit(features, labels)
+            assert _prefixes_warned(fit.loss_curve_) == [], fit.loss_curve_
+
+
+def test_fewer_rows_than_workers_trains_on_the_fastest_workers(client, tmp_path):
+    X, _, Y = _data(2)
+    log = tmp_path / "two-rows.jsonl"
+    trainer = Trainer(client, _model(), _ADAM, 128, _config(log, rounds_per_epoch=2))
+    trainer.fit(X, Y, max_epochs=3)
+    events = read_events(log)
+    assert events[-1]["status"] == "completed"
+    first = next(e for e in events if e["event"] == "partition")
+    assert len(first["rows"]) == 3 and sorted(first["rows"].values()) == [0, 1, 1]
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: {seen}"
+    assert sum(trainer.final_counts.values()) == 2
+
+
+class _ScalesAfterTheMembershipCheck(Trainer):
+    """A trainer that adds a worker to its (in-process) cluster in ``scale_in_round``."""
+
+    def __init__(self, *args, cluster, scale_in_round: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster, self.scale_in_round = cluster, scale_in_round
+
+    def _sync_membership(self, grace_s: float = 0.0) -> None:
+        super()._sync_membership(grace_s)
+        if self.round_index == self.scale_in_round:
+            n = len(self.cluster.workers) + 1
+            self.cluster.scale(n)
+            self.client.wait_for_workers(n, timeout=60)
+
+
+def test_fewer_rows_than_workers_still_takes_in_a_joining_worker(tmp_path):
+    X, _, Y = _data(2)
+    log = tmp_path / "two-rows-join.jsonl"
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        config = _config(log, rounds_per_epoch=2)
+        trainer = _ScalesAfterTheMembershipCheck(
+            client, _model(), _ADAM, 128, config, cluster=cluster, scale_in_round=3
+        )
+        trainer.fit(X, Y, max_epochs=6)
+    events = read_events(log)
+    assert events[-1]["status"] == "completed"
+    assert [e["round"] for e in events if e["event"] == "worker_joined"] == [4]
+    last = [e for e in events if e["event"] == "partition"][-1]
+    assert len(last["rows"]) == 3 and sorted(last["rows"].values()) == [0, 1, 1]
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: {seen}"
+
+
+def test_fitting_workers_keeps_the_fastest_that_can_each_get_min_rows():
+    scores = {"a": 1.0, "b": 3.0, "c": 2.0}
+    assert fitting_workers(10, scores, min_rows=1) == scores
+    assert fitting_workers(2, scores, min_rows=1) == {"b": 3.0, "c": 2.0}
+    assert fitting_workers(5, scores, min_rows=3) == {"b": 3.0}
+    assert fitting_workers(0, scores, min_rows=0) == scores
+    with pytest.raises(ValueError, match="too few rows"):
+        fitting_workers(2, scores, min_rows=3)
