@@ -36,7 +36,7 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_targ
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
-from .nn import MLP, BatchBuffers, make_optimizer, minibatch_pass
+from .nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
 
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
 
@@ -407,6 +407,7 @@ class _BaseBPNN(BaseEstimator):
         n_samples = X_train.shape[0]
         batch_size = self._batch_size(n_samples)
         self.n_iter_ = 0
+        self._divergence_warned = False
         self.eval_curve_ = []
         self._fit_start = time.perf_counter()
         self._eval_seconds = 0.0
@@ -465,6 +466,10 @@ class _BaseBPNN(BaseEstimator):
         self.loss_ = loss
         self.t_ += n_samples
         self.loss_curve_.append(self.loss_)
+        message = divergence_message(self.loss_curve_)
+        if message is not None and not self._divergence_warned:
+            self._divergence_warned = True  # once per fit: the loss goes on rising
+            warnings.warn(message, RuntimeWarning, stacklevel=6)
         if self.verbose:
             print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
         self._update_no_improvement_count(self.early_stopping, X_val, y_val)

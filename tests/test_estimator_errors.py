@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
-from sklearn.datasets import make_classification
+from sklearn.datasets import load_digits, make_classification
 
 from pipeline.checkpoint import CheckpointError, save_checkpoint
 from pipeline.cluster import connect
@@ -107,3 +107,27 @@ def test_a_cluster_resume_refuses_an_in_process_checkpoint(data, tmp_path):
         with pytest.raises(CheckpointError, match="fit: checkpoint has 'in-process'") as excinfo:
             clf.fit(X, y)
     _one_line(excinfo)
+
+
+def test_a_diverging_in_process_fit_warns_once_with_the_numbers():
+    """Issue 14, defect 11: Adam with learning_rate_init=1e6 ran on without a word."""
+    X, y = load_digits(return_X_y=True)
+    clf = BPNNClassifier(
+        hidden_layer_sizes=(32,), learning_rate_init=1e6, max_iter=6, random_state=0
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(X, y)
+    diverging = [w for w in caught if "diverg" in str(w.message)]
+    assert len(diverging) == 1, [str(w.message) for w in caught]
+    assert "learning_rate_init" in str(diverging[0].message)
+    assert "\n" not in str(diverging[0].message)
+
+
+def test_a_converging_in_process_fit_gets_no_divergence_warning():
+    X, y = load_digits(return_X_y=True)
+    clf = BPNNClassifier(hidden_layer_sizes=(32,), max_iter=8, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(X, y)
+    assert not [w for w in caught if "diverg" in str(w.message)]
