@@ -127,9 +127,7 @@ class FitResult:
     def outcome(self) -> str:
         if self.completed:
             return "completed"
-        if self.hung:
-            return "hung"
-        return self.error or "failed"
+        return self.error or ("hung" if self.hung else "failed")
 
 
 def make_data(n_rows: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -607,31 +605,27 @@ def run_fit(
                 armed.set()
                 threading.Thread(target=kill_when_busy, args=(victim,), daemon=True).start()
 
+        staged_first: list[str] = []
+
         def on_scatter(i: int, worker: str) -> None:
             # kill-staging: as the second shard is sent, the worker of the first dies
             # ("shard 1 staged") or the worker about to receive it ("shard 2 sending").
+            staged_first.append(worker)
             if result.fault_applied or i != 2:
                 return
-            target = first_worker[0] if plan.at == "shard 1 staged" else worker
+            target = staged_first[0] if plan.at == "shard 1 staged" else worker
             name = _name_of(cluster, target)
             if name is not None:
                 kill(name)
                 if plan.at != "shard 1 staged":
                     _gone_from_scheduler(client, target, 5.0)
 
-        first_worker: list[str] = []
-
-        def on_scatter_first(i: int, worker: str) -> None:
-            if i == 1:
-                first_worker.append(worker)
-            on_scatter(i, worker)
-
         trainer_cls = _hooked_trainer_class(on_spec) if fault == "kill-last-round" else None
         trainer, model = _make_trainer(client, X.shape[1], log, rounds_per_epoch, trainer_cls)
         outcome: dict[str, Any] = {}
 
         def fit() -> None:
-            hook = _staging_hook(on_scatter_first) if fault == "kill-staging" else None
+            hook = _staging_hook(on_scatter) if fault == "kill-staging" else None
             try:
                 with hook or contextlib.nullcontext():
                     trainer.fit(X, Y, max_epochs=epochs)
@@ -981,7 +975,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"fit {i:2d}/{len(plan)}: {p.fault:<15} at {_cell(p.at):>15}  "
                 f"{first_line(r.outcome, 60)}  acc {r.accuracy:.4f}  "
                 f"never {_cell(r.rows_never)}  dup {_cell(r.dup_undisturbed)}  "
-                f"disturbed epochs {r.disturbed_epochs}  run_end {_cell(r.run_end)}  "
+                f"disturbed epochs {r.disturbed_epochs} dup {_cell(r.dup_disturbed)}/"
+                f"{_cell(r.dup_counted)}  run_end {_cell(r.run_end)}  "
                 f"left {_cell(r.run_states_left)} runs {_cell(r.keys_left)} keys  "
                 f"{r.seconds:.1f} s  {'met' if not r.unmet else 'NOT MET'}{extra}"
                 + (f"  [{r.leftover_note}]" if r.run_states_left or r.keys_left else ""),
@@ -1013,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print(
+        "at: the round after which the fault struck, or its moment; s after fault: to the "
+        "fit's end (its error or completion, or the driver's exit); "
         "never processed: rows never processed in a complete epoch; dup: extra processings "
         "of rows (undisturbed epochs; disturbed ones as measured / as the trainer's epoch "
         "events count them); left: run states and keys on the workers afterwards, asked "
