@@ -361,7 +361,12 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
         (
             Part("scoring", "Speed probe", "Cost and accuracy of the per-worker speed probe."),
             Part("staging", "Data staging", "Time and memory to stage a data set on workers."),
-            Part("faults", "Fault injection", "Fits with killed, slowed and joining workers."),
+            Part(
+                "faults",
+                "Fault injection",
+                "Fits with killed, slowed and joining workers, a killed scheduler, and a killed "
+                "or interrupted driver.",
+            ),
             Part("monitor", "Monitor", "Loading and live-updating the monitoring app."),
         ),
     ),

@@ -255,3 +255,67 @@ def test_rewriting_a_subset_keeps_the_results_file_as_it_was():
         again = assemble(head, sections)
         assert again == text
     assert "```\n\n## idle" in text and "\n\n\n" not in text
+
+
+# -- the faults benchmark's verdicts (benchmarks/bench_faults.py; no cluster) ------------
+
+
+def test_faults_rows_are_counted_over_complete_epochs_only():
+    import numpy as np
+
+    from benchmarks.bench_faults import count_rows
+
+    seen = {1: np.array([1, 1, 1, 1]), 2: np.array([2, 1, 0, 1]), 3: np.array([1, 0, 0, 0])}
+    failed = count_rows(seen, disturbed={2}, completed=False)  # epoch 3 was cut short
+    assert failed["rows_never"] == 1 and failed["dup_disturbed"] == 1
+    assert failed["dup_undisturbed"] == 0 and failed["dup_mismatch"] == [2]
+    assert count_rows(seen, disturbed={2}, completed=True)["rows_never"] == 4
+    counted = count_rows(seen, disturbed={2}, completed=False, counted={2: 1})
+    assert counted["dup_counted"] == 1 and counted["dup_mismatch"] == []
+    assert count_rows(seen, disturbed=set(), completed=False)["dup_undisturbed"] == 1
+
+
+def test_faults_expectations_name_what_each_fault_missed():
+    from benchmarks.bench_faults import FitResult, judge
+
+    clean = dict(run_states_left=0, keys_left=0, orphan_keys=0, fault_applied=True)
+    ok = FitResult("kill-last-round", "epoch 2", completed=True, run_end="completed", **clean)
+    ok.rows_never, ok.dup_undisturbed, ok.dup_disturbed = 0, 0, 0
+    assert judge(ok) == []
+    uncounted = FitResult("kill", 5, completed=True, run_end="completed", **clean)
+    uncounted.rows_never, uncounted.dup_disturbed, uncounted.dup_mismatch = 7, 3, [2]
+    assert judge(uncounted) == [
+        "7 rows never processed in an epoch",
+        "duplicates not counted by the trainer in epoch(s) [2]",
+    ]
+    vague = FitResult("kill-scheduler", 12, error="TrainingError: CommClosedError: closing")
+    vague.fault_applied, vague.seconds_to_end, vague.run_end = True, 3.0, "failed"
+    assert judge(vague) == ["error does not name the scheduler"]
+    vague.error, vague.seconds_to_end = "TrainingError: lost the scheduler at tcp://x", 90.0
+    assert judge(vague) == ["no error within 60 s of the kill"]
+    driver = FitResult("sigint-driver", 12, error="driver ended (exit 1)", run_end="failed")
+    driver.fault_applied, driver.seconds_to_end = True, 2.0
+    driver.run_states_left, driver.keys_left = 3, 0
+    assert judge(driver) == ["run_end failed", "3 run states left"]
+    unasked = FitResult("kill-driver", 12, fault_applied=True)
+    assert judge(unasked) == ["workers could not be asked what is left"]
+
+
+def test_faults_table_ends_with_the_fits_that_missed_their_expectation():
+    from benchmarks.bench_faults import FitResult, judge, table, verdict
+
+    good = FitResult("none", None, completed=True, run_end="completed", run_states_left=0)
+    good.keys_left, good.orphan_keys, good.rows_never, good.dup_undisturbed = 0, 0, 0, 0
+    bad = FitResult("kill-staging", "shard 2 sending", error="TrainingError: a | b")
+    bad.fault_applied, bad.run_end, bad.run_states_left, bad.keys_left = True, "failed", 0, 0
+    for r in (good, bad):
+        r.unmet = judge(r)
+    lines = table([good, bad])
+    assert lines[0].startswith("| # | fault |") and len(lines) == 4
+    assert all(line.count(" | ") == lines[0].count(" | ") for line in lines[2:])
+    assert "a \\| b" in lines[3] and "NOT MET: did not complete; run_end failed" in lines[3]
+    assert verdict([good]).startswith("expectations: every fit met its expectation")
+    assert verdict([good, bad]) == (
+        "expectations: 1 of 2 fits did not meet their expectation (1 faulted, 1 undisturbed): "
+        "fit 2 kill-staging at shard 2 sending (did not complete, run_end failed)"
+    )
