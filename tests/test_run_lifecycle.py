@@ -171,7 +171,7 @@ def _data(n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
 def _trainer(client: Client, **config) -> Trainer:
     model = MLP((20, 32, 3))
     model.initialize(np.random.RandomState(0))
-    config = TrainerConfig(partition="equal", warm_start_rows=0, **config)
+    config = TrainerConfig(partition="equal", warm_start_rows=0, ramp_rounds=0, **config)
     return Trainer(client, model, {"solver": "adam", "learning_rate_init": 0.003}, 64, config)
 
 
