@@ -965,6 +965,11 @@ class Trainer:
         ``broadcast_timeout_s``, named with its status. (Measured before: a SLURM worker
         retiring at ``--lifetime`` between the membership check and the broadcast cost a
         full 20 s timeout.)
+
+        Each ``w_t`` goes under a key naming the run and this client
+        (:func:`pipeline.worker_tasks.run_key`): a scatter cut short (Ctrl-C, a driver
+        that dies) can leave it on a worker with the scheduler never told, and the
+        workers free such keys when the run ends.
         """
         deadline = time.monotonic() + self.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
