@@ -736,12 +736,21 @@ class RunStatePlugin(WorkerPlugin):
     idempotent = True
     max_ended = 1024  # ended run ids remembered, to free keys that land after the end
 
-    def setup(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
         self.runs: dict[str, _Run] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
         # Round tasks run in worker threads, the rest on the worker's event loop.
         self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {}  # registered empty; a lock does not pickle
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def setup(self, worker: Worker) -> None:
+        self.worker = worker
 
     def teardown(self, worker: Worker) -> None:
         with self.lock:
