@@ -27,6 +27,7 @@ import os
 import secrets
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,9 +146,13 @@ def _json_key(key: Any) -> str:
 class RunLogWriter:
     """Append events to a JSON-lines run log.
 
-    Each event is encoded completely, then written with a single ``write`` of its bytes
-    and its newline, and flushed, so a reader polling the file sees whole events plus at
-    most one torn last line.
+    Each event is encoded completely, then written with its newline straight to the file
+    (unbuffered), so a reader polling the file sees whole events plus at most one torn
+    last line.
+
+    Training is not the run log's hostage: when writing fails (a full disk, a quota, an
+    I/O error), the writer cuts the file back to the end of its last whole event, closes
+    it, warns once and turns every later write into a no-op (:attr:`stopped`).
 
     Parameters
     ----------
@@ -163,6 +168,13 @@ class RunLogWriter:
     ----------
     path : pathlib.Path
     run_id : str
+    events_written : int
+        Whole events written by this writer.
+
+    Raises
+    ------
+    ValueError
+        When ``path`` cannot be a file: one of its parents is a file, or it is a folder.
 
     Examples
     --------
@@ -177,10 +189,15 @@ class RunLogWriter:
         self.path = Path(path)
         self.run_id = new_run_id() if run_id is None else str(run_id)
         self.fsync = bool(fsync)
+        self.events_written = 0
+        self._stopped: OSError | None = None
+        self._check_file_path(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Dask callbacks (worker_lost, ...) may log from another thread than the round loop.
         self._lock = threading.Lock()
-        self._file = open(self.path, "ab")  # closed by close() / __exit__
+        # Unbuffered: a failed write leaves no bytes in a buffer that close() would flush
+        # after the cut (see _write_bytes).
+        self._file = open(self.path, "ab", buffering=0)  # closed by close() / __exit__
         # A writer that died mid-event left a fragment without a newline. End it, so our
         # first event starts on a line of its own; readers skip the fragment as invalid.
         size = os.fstat(self._file.fileno()).st_size
@@ -192,17 +209,56 @@ class RunLogWriter:
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _write_bytes(self, data: bytes) -> None:
+    @staticmethod
+    def _check_file_path(path: Path) -> None:
+        """Fail with one line when ``path`` cannot be created as a file."""
+        if path.is_dir():
+            raise ValueError(f"run_log {path}: it is a folder, not a file")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise ValueError(f"run_log {path}: {parent} is a file, not a folder")
+                return
+
+    def _write_bytes(self, data: bytes) -> bool:
+        """Append ``data``; False when the log has stopped (now or before)."""
         with self._lock:
+            if self._stopped is not None:
+                return False
             if self._file.closed:
                 raise ValueError(f"run log {self.path} is closed")
-            self._file.write(data)
-            self._file.flush()
-            if self.fsync:
-                os.fsync(self._file.fileno())
+            written = 0
+            try:
+                while written < len(data):  # a raw write may be partial (a disk filling up)
+                    written += self._file.write(data[written:])
+                if self.fsync:
+                    os.fsync(self._file.fileno())
+            except OSError as exc:
+                self._stop(exc, torn=written if written < len(data) else 0)
+                return False
+            return True
+
+    def _stop(self, exc: OSError, torn: int) -> None:
+        """Cut the ``torn`` bytes of a partial event, close the file, warn once."""
+        try:
+            if torn:
+                fd = self._file.fileno()
+                os.ftruncate(fd, os.fstat(fd).st_size - torn)
+        except OSError:
+            pass  # the reader skips a torn last line anyway
+        finally:
+            self._file.close()
+            self._stopped = exc
+        reason = f"[Errno {exc.errno}] {exc.strerror}" if exc.strerror else str(exc)
+        warnings.warn(
+            f"run log {self.path} stopped after {self.events_written} events: {reason}; "
+            "training goes on",
+            RuntimeWarning,
+            stacklevel=5,
+        )
 
     def write(self, event: str, *, timestamp: float | None = None, **fields: Any) -> dict:
-        """Append one event.
+        """Append one event (a no-op once the log has :attr:`stopped`).
 
         Parameters
         ----------
@@ -217,7 +273,7 @@ class RunLogWriter:
         Returns
         -------
         record : dict
-            The JSON-native record as written.
+            The JSON-native record (as written, or as it would have been).
         """
         if not isinstance(event, str) or not event:
             raise ValueError(f"event must be a non-empty string, got {event!r}")
@@ -234,7 +290,8 @@ class RunLogWriter:
         line = json.dumps(record, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         # JSON escapes newlines inside strings and UTF-8 never uses byte 0x0A inside a
         # multi-byte character, so b"\n" only ever ends a record.
-        self._write_bytes(line.encode("utf-8") + b"\n")
+        if self._write_bytes(line.encode("utf-8") + b"\n"):
+            self.events_written += 1
         return record
 
     def close(self) -> None:
@@ -245,6 +302,11 @@ class RunLogWriter:
     @property
     def closed(self) -> bool:
         return self._file.closed
+
+    @property
+    def stopped(self) -> bool:
+        """Whether writing failed, which closed the log (later writes are no-ops)."""
+        return self._stopped is not None
 
     def __enter__(self) -> RunLogWriter:
         return self

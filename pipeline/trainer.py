@@ -38,9 +38,10 @@ from distributed import Client
 
 from . import merge, partition, scoring, staging
 from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
+from .lifecycle import close_run, deferred_interrupts, open_run
 from .nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from .runlog import RunLogWriter, new_run_id, read_events, summarize
-from .worker_tasks import RoundSpec, drop_run_state, remembered_speed, round_task, speed_key
+from .worker_tasks import RoundSpec, remembered_speed, round_task, run_key, speed_key
 
 SYNC_MODES = ("hmdspt", "local", "bsp")
 PARTITION_MODES = ("proportional", "equal")
@@ -329,6 +330,7 @@ class Trainer:
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         self._rounds_per_epoch = self.config.rounds_per_epoch  # bsp: set by fit
         self.log: RunLogWriter | None = None
+        self._owner_recorded = False  # whether the scheduler knows this run's owner
         self.round_index = 0
         self.history: list[RoundRecord] = []
         self.rows_seen: dict[int, np.ndarray] = {}
@@ -564,6 +566,7 @@ class Trainer:
             self.log = RunLogWriter(self.run_log_path, run_id=self.run_id)
         status, reason = "failed", None
         try:
+            self._owner_recorded = open_run(self.client, self.run_id)
             workers = self._workers()
             self._register(workers)
             self._log(
@@ -693,13 +696,31 @@ class Trainer:
                     break
             status = "completed"
             return self.history
+        except KeyboardInterrupt:
+            status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+            raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, TrainingError):
                 raise
             raise TrainingError(reason) from exc
         finally:
-            self._finish(status, reason)
+            # A Ctrl-C during the clean-up waits for it to end (main thread only); one
+            # that lands before the wait is set up starts the clean-up again. It is then
+            # raised if the fit had completed; otherwise the fit's own exception goes on.
+            finished = interrupted = False
+            held = None
+            while not finished:
+                try:
+                    with deferred_interrupts() as held:
+                        self._finish(status, reason)
+                        finished = True
+                except KeyboardInterrupt:
+                    interrupted = True
+            if status == "completed" and held:
+                held.replay()  # what the Ctrl-C would have done: by default, raise
+            elif status == "completed" and interrupted:
+                raise KeyboardInterrupt
 
     def _end_epoch(self, epoch: int, loss_sum: float, rows: int) -> float:
         """Check and log a complete epoch; its mean training loss.
@@ -1016,6 +1037,11 @@ class Trainer:
         ``broadcast_timeout_s``, named with its status. (Measured before: a SLURM worker
         retiring at ``--lifetime`` between the membership check and the broadcast cost a
         full 20 s timeout.)
+
+        Each ``w_t`` goes under a key naming the run and this client
+        (:func:`pipeline.worker_tasks.run_key`): a scatter cut short (Ctrl-C, a driver
+        that dies) can leave it on a worker with the scheduler never told, and the
+        workers free such keys when the run ends.
         """
         deadline = time.monotonic() + self.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
@@ -1024,7 +1050,10 @@ class Trainer:
             for addr in sorted(set(self.staged.futures) - set(sent)):
                 try:
                     # One attempt (timeout 0); the deadline is this loop's, for all workers.
-                    sent[addr] = staging.scatter_to(self.client, self.model.params, addr, 0.0)
+                    key = run_key(self.run_id, self.client.id, f"w_t-{self.round_index}")
+                    sent[addr] = staging.scatter_to(
+                        self.client, {key: self.model.params}, addr, 0.0
+                    )[key]
                 except Exception as exc:  # not running, left, or died unnoticed
                     errors[addr] = exc
             missing = set(self.staged.futures) - set(sent)
@@ -1270,15 +1299,16 @@ class Trainer:
 
     # ------------------------------------------------------------------- end
     def _finish(self, status: str, reason: str | None) -> None:
-        try:
-            self.client.run(drop_run_state, self.run_id)
-        except Exception:  # the cluster may be gone; nothing to clean then
-            pass
-        if self.staged is not None:
-            self.final_counts = dict(self.staged.counts)
-            self.staged.release()
+        """End the run; never raises. ``run_end`` first, as the slower clean-up may be cut
+        short, then the staged rows are released and every worker drops the run's state
+        and data."""
         if self.log is not None:
-            summary = summarize(read_events(self.log.path)) if status == "completed" else None
+            summary = None
+            if status == "completed" and not self.log.stopped:
+                try:
+                    summary = summarize(read_events(self.log.path))
+                except (OSError, ValueError):  # the log went missing or unreadable
+                    pass
             self._log(
                 "run_end",
                 status=status,
@@ -1287,6 +1317,13 @@ class Trainer:
                 reason=reason,
             )
             self.log.close()
+        if self.staged is not None:
+            self.final_counts = dict(self.staged.counts)
+            self.staged.release()
+        try:
+            close_run(self.client, self.run_id, self._owner_recorded)
+        except Exception:  # the cluster may be gone; nothing to clean then
+            pass
 
     def report(self) -> dict[str, dict[str, float]]:
         """Per worker: rows held, busy s, idle s, idle fraction, final score."""

@@ -22,7 +22,9 @@ measures speed (the scorer) never reads it: it only sees rows and seconds.
 from __future__ import annotations
 
 import math
+import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import WorkerPlugin, get_worker
+from distributed.utils import sync
+from distributed.worker_state_machine import FreeKeysEvent
 
 from pipeline.merge import ErrorFeedback, compress
 from pipeline.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
@@ -38,16 +42,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
 
 __all__ = [
+    "RUN_STATE_PLUGIN_NAME",
     "SLOWDOWN_PLUGIN_NAME",
+    "RunStatePlugin",
     "SlowdownPlugin",
     "ThrottleRecord",
     "current_slowdown",
     "get_slowdowns",
     "PROBE_ESTIMATORS",
     "chunk_speed",
+    "drop_run_state",
+    "drop_runs",
     "forget_speeds",
+    "orphan_keys",
+    "parse_run_key",
     "probe_task",
     "remembered_speed",
+    "run_ids_held",
+    "run_key",
     "speed_key",
     "set_slowdown",
     "throttled",
@@ -664,11 +676,192 @@ def forget_speeds(dask_worker: Worker) -> int:
 # ----------------------------------------------------------------------------------
 # The training round (one task per worker per round)
 # ----------------------------------------------------------------------------------
-# Per-run state kept in the worker process between rounds: the model object (its work
-# buffers), the local optimizer (its moments), the error-feedback residual and the RNG.
-# Keyed by worker address and run id (in-process workers share this module); dropped by
-# ``drop_run_state`` when the fit ends.
-_RUN_STATE: dict[tuple[str, str], dict[str, Any]] = {}
+# Per-run state kept on a worker between rounds: the model object (its work buffers), the
+# local optimizer (its moments), the error-feedback residual and the chunk size. It lives
+# on the worker's RunStatePlugin, keyed by run id, and goes when the run ends: at the
+# trainer's clean-up (drop_run_state), or when the scheduler sees the run's driver
+# disconnect (pipeline.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
+# dies leaves nothing behind. Data of a run (the broadcast w_t) is scattered under keys
+# named by run_key, so that the worker can drop a run's keys too, including those of a
+# scatter interrupted before the scheduler learnt of them, which nothing else would free.
+RUN_STATE_PLUGIN_NAME = "hmdspt-run-state"
+RUN_KEY_PREFIX = "hmdspt/"
+
+# Task states in which a task still needs its inputs in memory.
+_NEEDS_INPUTS = frozenset(
+    {"waiting", "ready", "constrained", "executing", "long-running", "fetch", "flight"}
+)
+
+
+def run_key(run_id: str, owner: str, name: str) -> str:
+    """A new, unique Dask key for data of run ``run_id`` owned by client ``owner``.
+
+    ``"hmdspt/<run_id>/<owner>/<name>-<uuid>"``; :func:`parse_run_key` reads it back.
+    """
+    for part in (run_id, owner):
+        if not part or "/" in part:
+            raise ValueError(f"run ids and client ids in keys must be non-empty, no '/': {part!r}")
+    return f"{RUN_KEY_PREFIX}{run_id}/{owner}/{name}-{uuid.uuid4().hex}"
+
+
+def parse_run_key(key: object) -> tuple[str, str] | None:
+    """``(run_id, owner)`` of a key made by :func:`run_key`; None for any other key."""
+    if not isinstance(key, str) or not key.startswith(RUN_KEY_PREFIX):
+        return None
+    parts = key[len(RUN_KEY_PREFIX) :].split("/")
+    return (parts[0], parts[1]) if len(parts) == 3 else None
+
+
+@dataclass
+class _Run:
+    owner: str | None  # client id of the driver, once a key of the run told it
+    state: dict[str, Any] | None = None
+
+
+class RunStatePlugin(WorkerPlugin):
+    """Worker plugin holding the per-run state of HMDSPT fits, by run id.
+
+    A run is held from the first of its keys to land on the worker (which names its
+    owner, see :func:`run_key`) or its first round task, until it ends
+    (:meth:`end_runs`). Ending a run drops its state and frees its keys in the worker's
+    memory; a key of an ended run that lands later (the tail of an interrupted
+    broadcast) is freed as it lands. Freeing goes through the worker's state machine, so
+    the worker tells the scheduler, which forgets the key if it knew it.
+
+    Registered idempotently by every fit (:func:`pipeline.lifecycle.open_run`); the
+    remembered speeds and slowdowns are not per run and stay module state.
+    """
+
+    name = RUN_STATE_PLUGIN_NAME
+    idempotent = True
+    max_ended = 1024  # ended run ids remembered, to free keys that land after the end
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+        self.runs: dict[str, _Run] = {}
+        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
+        # Round tasks run in worker threads, the rest on the worker's event loop.
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {}  # registered empty; a lock does not pickle
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def setup(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def teardown(self, worker: Worker) -> None:
+        with self.lock:
+            self.runs.clear()
+            self.ended.clear()
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        if finish != "memory":
+            return
+        parsed = parse_run_key(key)
+        if parsed is None:
+            return
+        run_id, owner = parsed
+        with self.lock:
+            if run_id not in self.ended:
+                self.runs.setdefault(run_id, _Run(owner)).owner = owner
+                return
+        # Not from inside a transition: the state machine is mid-step.
+        self.worker.loop.add_callback(self._free, [key])
+
+    def state_for(self, spec: RoundSpec) -> dict[str, Any]:
+        """The run's state, made at its first round; a throwaway one for an ended run."""
+        with self.lock:
+            run = (
+                None if spec.run_id in self.ended else self.runs.setdefault(spec.run_id, _Run(None))
+            )
+            if run is not None and run.state is not None:
+                return run.state
+        state = _new_run_state(spec)
+        if run is not None:
+            run.state = state
+        return state
+
+    def held(self) -> list[str]:
+        with self.lock:
+            return sorted(self.runs)
+
+    def end_runs(self, run_ids: Sequence[str] = (), owner: str | None = None) -> list[str]:
+        """End the runs ``run_ids`` and those of client ``owner``; the run ids it held.
+
+        Call on the worker's event loop (``client.run`` does).
+        """
+        with self.lock:
+            ending = set(run_ids) | {
+                r for r, run in self.runs.items() if owner and run.owner == owner
+            }
+            held = sorted(r for r in ending if self.runs.pop(r, None) is not None)
+            for run_id in ending:
+                self.ended.pop(run_id, None)
+                self.ended[run_id] = None
+            while len(self.ended) > self.max_ended:
+                del self.ended[next(iter(self.ended))]
+        self._free([k for k in list(self.worker.state.tasks) if _run_of(k) in ending])
+        return held
+
+    def _free(self, keys: list) -> None:
+        """Release ``keys`` held in memory that no waiting or running task still needs."""
+        tasks = self.worker.state.tasks
+        free = []
+        for key in keys:
+            ts = tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                if not any(d.state in _NEEDS_INPUTS for d in ts.dependents):
+                    free.append(key)
+        if free:
+            self.worker.handle_stimulus(
+                FreeKeysEvent(keys=free, stimulus_id=f"hmdspt-run-ended-{time.time()}")
+            )
+
+
+def _run_of(key: object) -> str | None:
+    parsed = parse_run_key(key)
+    return None if parsed is None else parsed[0]
+
+
+def _run_plugin(worker: Worker, create: bool = False) -> RunStatePlugin | None:
+    plugin = worker.plugins.get(RUN_STATE_PLUGIN_NAME)
+    if plugin is None and create:
+        # round_task used without a Trainer, which registers the plugin at fit start.
+        # Added on the worker's event loop: plugins are iterated there.
+        sync(worker.loop, worker.plugin_add, plugin=RunStatePlugin(), name=RUN_STATE_PLUGIN_NAME)
+        plugin = worker.plugins[RUN_STATE_PLUGIN_NAME]
+    return plugin
+
+
+def run_ids_held(dask_worker: Worker) -> list[str]:
+    """Ids of the HMDSPT runs whose state or data this worker holds (``client.run``)."""
+    plugin = _run_plugin(dask_worker)
+    return [] if plugin is None else plugin.held()
+
+
+def orphan_keys(dask_worker: Worker) -> list[str]:
+    """Keys of HMDSPT runs in this worker's memory whose run it no longer holds (ended,
+    or its driver gone): what a leak would leave behind (``client.run``)."""
+    held = set(run_ids_held(dask_worker))
+    for _ in range(10):  # the worker's event loop may change its data meanwhile
+        try:
+            keys = list(dask_worker.data.keys())
+            break
+        except RuntimeError:
+            continue
+    else:
+        keys = []
+    return sorted(k for k in keys if (run := _run_of(k)) is not None and run not in held)
+
+
+def drop_runs(run_ids: Sequence[str], owner: str | None, dask_worker: Worker) -> list[str]:
+    """End the runs ``run_ids`` and those of client ``owner`` on this worker: drop their
+    state and free their keys (``client.run`` or the scheduler's broadcast)."""
+    plugin = _run_plugin(dask_worker)
+    return [] if plugin is None else plugin.end_runs(run_ids, owner)
 
 
 @dataclass(frozen=True)
@@ -732,37 +925,39 @@ class RoundSpec:
     remember_speed: bool = False
 
 
+def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
+    # bsp workers return data gradients only: the driver adds the L2 term once.
+    alpha = 0.0 if spec.mode == "gradient" else spec.alpha
+    model = MLP(
+        spec.layer_sizes,
+        spec.hidden_activation,
+        spec.out_activation,
+        alpha,
+        np.dtype(spec.dtype),
+    )
+    optimizer = make_optimizer(n_params=model.n_params, dtype=model.dtype, **spec.optimizer)
+    return {
+        "model": model,
+        "optimizer": optimizer,
+        "feedback": ErrorFeedback(spec.compression, k=spec.topk)
+        if spec.compression != "none"
+        else None,
+        "buffers": BatchBuffers(
+            spec.batch_size, spec.layer_sizes[0], spec.layer_sizes[-1], model.dtype
+        ),
+    }
+
+
 def _state_for(spec: RoundSpec) -> dict[str, Any]:
-    key = (get_worker().address, spec.run_id)
-    state = _RUN_STATE.get(key)
-    if state is None:
-        # bsp workers return data gradients only: the driver adds the L2 term once.
-        alpha = 0.0 if spec.mode == "gradient" else spec.alpha
-        model = MLP(
-            spec.layer_sizes,
-            spec.hidden_activation,
-            spec.out_activation,
-            alpha,
-            np.dtype(spec.dtype),
-        )
-        optimizer = make_optimizer(n_params=model.n_params, dtype=model.dtype, **spec.optimizer)
-        state = {
-            "model": model,
-            "optimizer": optimizer,
-            "feedback": ErrorFeedback(spec.compression, k=spec.topk)
-            if spec.compression != "none"
-            else None,
-            "buffers": BatchBuffers(
-                spec.batch_size, spec.layer_sizes[0], spec.layer_sizes[-1], model.dtype
-            ),
-        }
-        _RUN_STATE[key] = state
-    return state
+    return _run_plugin(get_worker(), create=True).state_for(spec)
 
 
 def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
-    """Forget a run's state on this worker (call through ``client.run``)."""
-    return _RUN_STATE.pop((dask_worker.address, run_id), None) is not None
+    """End a run on this worker: forget its state, free its keys (``client.run``).
+
+    Returns whether the worker held the run.
+    """
+    return bool(drop_runs([run_id], None, dask_worker))
 
 
 def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:

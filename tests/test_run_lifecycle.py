@@ -1,0 +1,324 @@
+"""How a fit ends: interrupts, a full disk under the run log, a driver that dies.
+
+Real signals, a real full file system (a small tmpfs) and real driver processes: a fit
+must end with ``run_end`` in its log and leave no run state and no data on the workers,
+whatever stopped it.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, WorkerPlugin
+
+from pipeline.nn import MLP
+from pipeline.runlog import read_events
+from pipeline.trainer import Trainer, TrainerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+# A driver whose fit is interrupted: an in-process cluster, the estimator on it.
+INTERRUPTED_DRIVER = """
+import sys, warnings
+import numpy as np
+from distributed import Client, LocalCluster
+from pipeline.estimator import BPNNClassifier
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((20000, 20)).astype(np.float32)
+y = rng.integers(0, 3, len(X))
+with LocalCluster(
+    n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+) as cluster, Client(cluster) as client:
+    clf = BPNNClassifier(
+        (64,), client=client, max_iter=10**6, n_iter_no_change=10**6, run_log=sys.argv[1],
+        partition="equal", random_state=0,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(X, y)
+    print("warned:", [str(w.message) for w in caught if "interrupted" in str(w.message)])
+    print("predicted:", len(clf.predict(X[:10])), flush=True)
+"""
+
+# A driver that trains on a cluster it reaches by address (the test's).
+REMOTE_DRIVER = """
+import sys
+import numpy as np
+from distributed import Client
+from pipeline.nn import MLP
+from pipeline.trainer import Trainer, TrainerConfig
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((8000, 20)).astype(np.float32)
+Y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, len(X))]
+model = MLP((20, 64, 3))
+model.initialize(np.random.RandomState(0))
+config = TrainerConfig(partition="equal", run_log=sys.argv[2], warm_start_rows=0)
+with Client(sys.argv[1]) as client:
+    trainer = Trainer(client, model, {"solver": "adam", "learning_rate_init": 0.003}, 64, config)
+    trainer.fit(X, Y, max_epochs=10**6)
+"""
+
+
+def _rounds(log: Path) -> int:
+    try:
+        return sum(e["event"] == "round" for e in read_events(log))
+    except FileNotFoundError:
+        return 0
+
+
+def _wait_for_rounds(log: Path, n: int, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + 120
+    while _rounds(log) < n:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the driver ended before round {n}: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no round {n} in {log} within 120 s")
+        time.sleep(0.01)
+
+
+def _run_end(log: Path) -> list[dict]:
+    return [e for e in read_events(log) if e["event"] == "run_end"]
+
+
+def _interrupt_driver(tmp_path: Path, gaps_s: tuple[float, ...]) -> tuple[Path, str]:
+    """Run INTERRUPTED_DRIVER, send it a SIGINT after its first round and one more after
+    each gap; its run log and output."""
+    log = tmp_path / "fit.jsonl"
+    script = tmp_path / "driver.py"
+    script.write_text(INTERRUPTED_DRIVER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(log)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for_rounds(log, 1, proc)
+        proc.send_signal(signal.SIGINT)
+        for gap in gaps_s:
+            time.sleep(gap)
+            proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    return log, out
+
+
+def test_one_sigint_ends_the_run_with_run_end_stopped_and_keeps_the_model(tmp_path):
+    log, out = _interrupt_driver(tmp_path, ())
+    ends = _run_end(log)
+    assert len(ends) == 1, out
+    assert ends[0]["status"] == "stopped", ends[0]
+    assert "interrupted" in ends[0]["reason"] and "KeyboardInterrupt" in ends[0]["reason"]
+    # The estimator takes the interrupt as scikit-learn does: warns, keeps the model.
+    assert "warned: ['Training interrupted by user.']" in out, out
+    assert "predicted: 10" in out, out
+
+
+@pytest.mark.parametrize("gap_ms", [1, 2, 3, 5, 7, 10])
+def test_a_second_sigint_milliseconds_later_does_not_lose_run_end(tmp_path, gap_ms):
+    log, out = _interrupt_driver(tmp_path, (gap_ms / 1000,))
+    ends = _run_end(log)
+    assert [e["status"] for e in ends] == ["stopped"], out
+
+
+# ----------------------------------------------------------------------------------
+# A full disk under the run log
+# ----------------------------------------------------------------------------------
+@contextmanager
+def _small_tmpfs(path: Path, size: str):
+    """A real file system of ``size`` mounted at ``path`` (a disk that fills up)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        # A handle left open makes a plain umount fail (EBUSY); detach it then.
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster:
+        yield cluster
+
+
+def _data(n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 20)).astype(np.float32)
+    return X, np.eye(3, dtype=np.float32)[rng.integers(0, 3, n)]
+
+
+def _trainer(client: Client, **config) -> Trainer:
+    model = MLP((20, 32, 3))
+    model.initialize(np.random.RandomState(0))
+    config = TrainerConfig(partition="equal", warm_start_rows=0, ramp_rounds=0, **config)
+    return Trainer(client, model, {"solver": "adam", "learning_rate_init": 0.003}, 64, config)
+
+
+def _leftovers(cluster: LocalCluster) -> dict[str, dict]:
+    """What each worker still holds: any data, HMDSPT run state, keys of ended runs."""
+    from pipeline.worker_tasks import orphan_keys, run_ids_held
+
+    left = {}
+    for name, worker in cluster.workers.items():
+        held = {
+            "data": sorted(map(str, worker.data)),
+            "runs": run_ids_held(worker),
+            "orphan_keys": orphan_keys(worker),
+        }
+        if any(held.values()):
+            left[name] = held
+    return left
+
+
+def _wait_until_clean(cluster: LocalCluster, timeout: float) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    while (left := _leftovers(cluster)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, tmp_path):
+    X, Y = _data()
+    with _small_tmpfs(tmp_path / "disk", "8k") as disk, Client(cluster) as client:
+        log = disk / "fit.jsonl"
+        trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = trainer.fit(X, Y, max_epochs=8)  # ~30 events fit in 8 KiB
+        assert len(history) == 32  # the fit went on to its end
+        stopped = [str(w.message) for w in caught if "run log" in str(w.message)]
+        assert len(stopped) == 1, stopped
+        assert re.fullmatch(
+            rf"run log {re.escape(str(log))} stopped after \d+ events: "
+            r"\[Errno 28\] No space left on device; training goes on",
+            stopped[0],
+        ), stopped[0]
+        assert trainer.log.closed
+        data = log.read_bytes()
+        assert data.endswith(b"\n")
+        assert read_events(log, strict=True)  # every line parses
+        assert 0 < _rounds(log) < 32
+        assert _wait_until_clean(cluster, 10) == {}
+
+
+def test_a_fit_whose_run_log_is_under_a_file_fails_before_training(cluster, tmp_path):
+    (tmp_path / "runs").write_text("a file, not a folder")
+    X, Y = _data()
+    with Client(cluster) as client:
+        trainer = _trainer(client, run_log=str(tmp_path / "runs" / "fit.jsonl"))
+        with pytest.raises(ValueError, match=r"runs is a file, not a folder$"):
+            trainer.fit(X, Y, max_epochs=1)
+        assert trainer.history == [] and trainer.staged is None
+
+
+# ----------------------------------------------------------------------------------
+# Leaks when a broadcast is interrupted or the driver dies
+# ----------------------------------------------------------------------------------
+class OnNextScatter(WorkerPlugin):
+    """Once armed, calls ``action`` when the next scattered key lands in the worker's
+    memory: before the worker has answered, so the driver has not yet told the scheduler.
+
+    Scatter is the only way a key goes from released straight to memory on a worker.
+    """
+
+    def __init__(self, action) -> None:
+        self.action = action
+        self.armed = threading.Event()
+        self.fired = threading.Event()
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if (start, finish) == ("released", "memory") and self.armed.is_set():
+            if not self.fired.is_set():
+                self.fired.set()
+                self.action()
+
+
+def _arm_on_every_worker(cluster: LocalCluster, action) -> list[OnNextScatter]:
+    plugins = []
+    for worker in cluster.workers.values():
+        plugin = OnNextScatter(action)
+        cluster.sync(worker.plugin_add, plugin=plugin, name="test-on-next-scatter")
+        plugins.append(plugin)
+    return plugins
+
+
+def _disarm(cluster: LocalCluster) -> None:
+    for worker in cluster.workers.values():
+        cluster.sync(worker.plugin_remove, name="test-on-next-scatter")
+
+
+def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(cluster, tmp_path):
+    X, Y = _data(8000)
+    main = threading.main_thread().ident
+    plugins = _arm_on_every_worker(cluster, lambda: signal.pthread_kill(main, signal.SIGINT))
+    log = tmp_path / "fit.jsonl"
+    try:
+        with Client(cluster) as client:
+            trainer = _trainer(client, run_log=str(log))
+            # Arm once round 2 is logged: the next scatter is a broadcast of w_t.
+            threading.Thread(
+                target=lambda: (_wait_for_rounds(log, 2), [p.armed.set() for p in plugins]),
+                daemon=True,
+            ).start()
+            with pytest.raises(KeyboardInterrupt):
+                trainer.fit(X, Y, max_epochs=10**6)
+            assert any(p.fired.is_set() for p in plugins)
+            assert _wait_until_clean(cluster, 10) == {}
+    finally:
+        _disarm(cluster)
+    assert [e["status"] for e in _run_end(log)] == ["stopped"]
+
+
+def test_a_driver_killed_mid_broadcast_leaves_no_run_state_or_keys(tmp_path):
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",  # the driver is another process
+        host="127.0.0.1",
+        scheduler_port=0,
+        dashboard_address=":0",
+    ) as cluster:
+        log = tmp_path / "fit.jsonl"
+        script = tmp_path / "driver.py"
+        script.write_text(REMOTE_DRIVER)
+        proc = subprocess.Popen(
+            [sys.executable, str(script), cluster.scheduler_address, str(log)],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            plugins = _arm_on_every_worker(cluster, lambda: os.kill(proc.pid, signal.SIGKILL))
+            _wait_for_rounds(log, 2, proc)
+            for plugin in plugins:
+                plugin.armed.set()
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        assert any(p.fired.is_set() for p in plugins)
+        assert _wait_until_clean(cluster, 30) == {}
