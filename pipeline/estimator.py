@@ -530,18 +530,21 @@ class _BaseBPNN(BaseEstimator):
             return self._score_unchecked(X_val, y_val)
 
         has_eval = self._eval_set is not None or X_val is not None
-        trainer.fit(
-            X_train,
-            Y_train,
-            self.max_iter,
-            on_epoch_end=on_epoch_end,
-            evaluate=evaluate if has_eval else None,
-            checkpoint_extra=self._checkpoint_state,
-            on_resume=self._restore_checkpoint_state,
-        )
-        self.training_report_ = trainer.report()
-        self.run_id_ = trainer.run_id
-        self.run_log_path_ = trainer.run_log_path
+        try:
+            trainer.fit(
+                X_train,
+                Y_train,
+                self.max_iter,
+                on_epoch_end=on_epoch_end,
+                evaluate=evaluate if has_eval else None,
+                checkpoint_extra=self._checkpoint_state,
+                on_resume=self._restore_checkpoint_state,
+            )
+        finally:
+            # Also after Ctrl-C, which keeps the model: these describe this fit, not the last.
+            self.training_report_ = trainer.report()
+            self.run_id_ = trainer.run_id
+            self.run_log_path_ = trainer.run_log_path
 
     def _check_checkpoint_settings(self, incremental: bool) -> None:
         if incremental and (self.checkpoint_dir is not None or self.resume):

@@ -721,9 +721,16 @@ def _wait_shards(futures: Mapping[str, Future], skip_lost: bool) -> dict[str, Fu
 
 
 def scatter_to(
-    client: Client, data: Any, worker: str, timeout: float = 30.0, poll_s: float = 0.5
+    client: Client,
+    data: Any,
+    worker: str,
+    timeout: float = 30.0,
+    poll_s: float = 0.5,
+    key: str | None = None,
 ) -> Future:
     """Scatter ``data`` straight to ``worker`` (no hashing); a future pinned there.
+
+    ``key`` names the data's key (default: one that Dask makes up).
 
     distributed's direct scatter waits, for as long as its timeout, until the worker
     *runs*; one that is retiring or has left never will. Here each attempt waits
@@ -743,7 +750,13 @@ def scatter_to(
     while True:
         broken: OSError | None = None
         try:
-            return client.scatter(data, workers=[worker], direct=True, hash=False, timeout=poll_s)
+            if key is None:
+                return client.scatter(
+                    data, workers=[worker], direct=True, hash=False, timeout=poll_s
+                )
+            return client.scatter(
+                {key: data}, workers=[worker], direct=True, hash=False, timeout=poll_s
+            )[key]
         except TimeoutError as exc:  # before OSError: TimeoutError is one
             exc.__traceback__ = None  # see wait_some: the cycle would keep data alive
         except OSError as exc:  # CommClosedError, connection refused or reset
@@ -817,6 +830,7 @@ def stage(
     dtype: Any = np.float32,
     csv_chunksize: int = 65_536,
     skip_lost: bool = False,
+    key_name: Callable[[str], str] | None = None,
 ) -> StagedData:
     """Put the rows of a data set on the workers, ``counts[address]`` rows each.
 
@@ -858,6 +872,11 @@ def stage(
         others' shards as planned. Its rows are then staged nowhere: the result's
         ``n_rows`` is short of the data's, and the caller re-stages them (see
         :func:`add_rows`). The result may hold no worker at all.
+    key_name : callable, optional
+        ``key_name(worker) -> key`` names the key of each shard scattered from memory
+        (default: one Dask makes up). The trainer names them after its run
+        (:func:`pipeline.worker_tasks.run_key`), so that a worker frees what an
+        interrupted scatter of an ended run left behind.
 
     Returns
     -------
@@ -903,7 +922,7 @@ def stage(
         raise ValueError("x_key= applies to .npz paths only")
     if _is_dask(X) or _is_dask(y):
         return _stage_dask(client, X, y, counts, seed, target, dtype, skip_lost)
-    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost)
+    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost, key_name)
 
 
 def _stage_memory(
@@ -915,6 +934,7 @@ def _stage_memory(
     target: str | None,
     dtype: np.dtype,
     skip_lost: bool = False,
+    key_name: Callable[[str], str] | None = None,
 ) -> StagedData:
     feature_names = None
     if isinstance(X, pd.DataFrame):
@@ -977,7 +997,8 @@ def _stage_memory(
                     sent()
                 # Driver -> worker, not through the scheduler, and without tokenising
                 # (hashing) the whole shard.
-                sending = (w, sender.submit(scatter_to, client, shard, w))
+                key = None if key_name is None else key_name(w)
+                sending = (w, sender.submit(scatter_to, client, shard, w, key=key))
                 del shard, rows
             if sending is not None:
                 sent()
@@ -1362,10 +1383,12 @@ def add_rows(
     assignment: Mapping[str, np.ndarray],
     *,
     dtype: Any = np.float32,
+    key_name: Callable[[str], str] | None = None,
 ) -> StagedData:
     """Append source rows to workers' shards: ``assignment[worker]`` holds row ids.
 
-    ``dtype`` is the features' dtype on the workers (that of :func:`stage`).
+    ``dtype`` is the features' dtype on the workers (that of :func:`stage`); ``key_name``
+    names the scattered rows' keys, as in :func:`stage`.
 
     Re-stages rows whose worker was lost: the rows go from the source (``X``, ``y``,
     indexed by row id) straight to their new worker and are appended there, so the
@@ -1393,7 +1416,7 @@ def add_rows(
             y=None if y is None else np.ascontiguousarray(np.asarray(y)[ids]),
             row_ids=ids,
         )
-        piece = scatter_to(client, rows, worker)
+        piece = scatter_to(client, rows, worker, key=None if key_name is None else key_name(worker))
         merged = client.submit(
             _concat_shards,
             futures.get(worker),

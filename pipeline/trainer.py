@@ -309,6 +309,8 @@ class Trainer:
     ) -> None:
         config.validate()
         self.client = client
+        # Kept for messages: the client forgets it once the scheduler is gone.
+        self._scheduler_address = getattr(client.scheduler, "address", "?")
         self.model = model
         self.optimizer_kwargs = dict(optimizer_kwargs)
         self.batch_size = int(batch_size)
@@ -488,6 +490,11 @@ class Trainer:
                 self.batch_size,
             )
 
+    def _shard_key(self, worker: str) -> str:
+        """Key of rows scattered to ``worker``: named after the run, so that the workers
+        free them when the run ends, even those of a scatter cut short."""
+        return run_key(self.run_id, self.client.id, "shard")
+
     def _log(self, event: str, **fields: Any) -> None:
         if self.log is not None:
             getattr(self.log, event)(**fields)
@@ -606,6 +613,7 @@ class Trainer:
                 seed=cfg.seed,
                 dtype=self.model.dtype,
                 skip_lost=True,
+                key_name=self._shard_key,
             )
             self._log_partition(self.round_index, [], time.perf_counter() - t0)
             lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
@@ -701,6 +709,13 @@ class Trainer:
             raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
+            if self.client.status != "running":
+                # Whatever failed first, the cause is the lost scheduler: say so.
+                reason = (
+                    f"lost the connection to the scheduler at {self._scheduler_address} "
+                    f"(client {self.client.status}) in round {self.round_index}: {reason}"
+                )
+                raise TrainingError(reason) from exc
             if isinstance(exc, TrainingError):
                 raise
             raise TrainingError(reason) from exc
@@ -1162,7 +1177,13 @@ class Trainer:
                 a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
             }
             self.staged = staging.add_rows(
-                self.client, self.staged, self._X, self._Y, assignment, dtype=self.model.dtype
+                self.client,
+                self.staged,
+                self._X,
+                self._Y,
+                assignment,
+                dtype=self.model.dtype,
+                key_name=self._shard_key,
             )
             self._disturbed_epochs.add(self._epoch)
             self._restaged_rows[self._epoch] += len(missing)

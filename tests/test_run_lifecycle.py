@@ -49,6 +49,7 @@ with LocalCluster(
         clf.fit(X, y)
     print("warned:", [str(w.message) for w in caught if "interrupted" in str(w.message)])
     print("predicted:", len(clf.predict(X[:10])), flush=True)
+    print("run_id_:", clf.run_id_, "report:", sorted(clf.training_report_), flush=True)
 """
 
 # A driver that trains on a cluster it reaches by address (the test's).
@@ -127,6 +128,8 @@ def test_one_sigint_ends_the_run_with_run_end_stopped_and_keeps_the_model(tmp_pa
     # The estimator takes the interrupt as scikit-learn does: warns, keeps the model.
     assert "warned: ['Training interrupted by user.']" in out, out
     assert "predicted: 10" in out, out
+    # The fitted attributes describe the interrupted fit.
+    assert f"run_id_: {ends[0]['run_id']} report: [" in out, out
 
 
 @pytest.mark.parametrize("gap_ms", [1, 2, 3, 5, 7, 10])
@@ -290,7 +293,9 @@ def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(cluster, tmp
     assert [e["status"] for e in _run_end(log)] == ["stopped"]
 
 
-def test_a_driver_killed_mid_broadcast_leaves_no_run_state_or_keys(tmp_path):
+@pytest.mark.parametrize("during", ["broadcast", "staging"])
+def test_a_driver_killed_as_a_scatter_lands_leaves_no_run_state_or_keys(tmp_path, during):
+    """Killed as a scatter lands: of ``w_t`` after round 2, or of the first shard."""
     with LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -312,7 +317,8 @@ def test_a_driver_killed_mid_broadcast_leaves_no_run_state_or_keys(tmp_path):
         )
         try:
             plugins = _arm_on_every_worker(cluster, lambda: os.kill(proc.pid, signal.SIGKILL))
-            _wait_for_rounds(log, 2, proc)
+            if during == "broadcast":
+                _wait_for_rounds(log, 2, proc)
             for plugin in plugins:
                 plugin.armed.set()
             proc.wait(timeout=60)
