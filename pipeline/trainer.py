@@ -310,7 +310,7 @@ class Trainer:
         config.validate()
         self.client = client
         # Kept for messages: the client forgets it once the scheduler is gone.
-        self._scheduler_address = getattr(client.scheduler, "address", "?")
+        self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", "?")
         self.model = model
         self.optimizer_kwargs = dict(optimizer_kwargs)
         self.batch_size = int(batch_size)
