@@ -82,6 +82,8 @@ _HOOKS = {"atexit": False, "sigterm": False, "previous": None, "pending": None, 
 class TestbedUnavailable(RuntimeError):
     """The machine cannot host the testbed (not root, no cgroup v1 controller, no ``ip``)."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
 
 def unavailable_reason(link: bool = False) -> str | None:
     """Why a testbed cannot start here (one line), or None if it can.
@@ -237,6 +239,8 @@ class Testbed:
         ``f"{prefix}-{pid}-{n}"``: the parent cgroup's name, the namespaces' prefix and the
         alias of every link made.
     """
+
+    __test__ = False  # not a pytest test class, whatever its name
 
     def __init__(
         self,
