@@ -22,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "hmdspt-tbtest"  # only this file's testbeds; a stale-run cleanup touches no others
 PERIOD_MS = 10.0
 QUOTA_SECONDS = 1.0
-# Measured on the 2-core machine at load averages of 6 to 7, slots 0.5 and 0.25 core, 10 ms
-# period, 1 s each: used-cores ratio 1.98 to 2.04 over ten runs, each slot within 1.2 % of
-# its quota. 10 % leaves room for a busier machine; a missing quota gives ratio 1 (or the
-# machine's split), a quota set wrong by one slot's step 4 or 1.
+# Measured on the 2-core machine at load averages of 2.6 to 7, slots 0.5 and 0.25 core, 10 ms
+# period, 1 s each, 15 runs: used-cores ratio 1.976 to 2.037, each slot 0.1 % to 1.7 % above
+# its quota (partial periods at the window's ends). Without the quotas both slots would use a
+# whole core (ratio 1); a quota off by one step gives ratio 1 or 4.
 RATIO_TOLERANCE = 0.10
+OVER_QUOTA_TOLERANCE = 0.05
 
 
 def require_testbed(link: bool = False) -> None:
@@ -88,8 +89,7 @@ def test_two_worker_testbed_quotas_hold_dask_runs_and_teardown_leaves_nothing():
         fast, slow = quotas["slots"]
         assert fast["used_ratio"] == pytest.approx(2.0, rel=RATIO_TOLERANCE), quotas
         for slot in quotas["slots"]:
-            # Never more than the quota, but for one period's slice at each end of the window.
-            assert slot["cores_used"] <= slot["cores"] * (1 + 2 * PERIOD_MS / 1000), quotas
+            assert slot["cores_used"] <= slot["cores"] * (1 + OVER_QUOTA_TOLERANCE), quotas
             assert slot["throttled"] > 0.5, quotas  # the kernel, not the loop, set the pace
 
         address = tb.start_dask()
