@@ -266,6 +266,10 @@ class Testbed:
             )
         if link_mbit is not None and not link_mbit > 0:
             raise ValueError(f"link_mbit must be > 0 or None, got {link_mbit!r}")
+        if link_mbit is not None and len(cores) > 250:
+            raise ValueError(
+                f"a linked testbed holds at most 250 slots (one /24), got {len(cores)}"
+            )
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", prefix):
             raise ValueError(f"prefix must be a name of letters, digits, _ . -, got {prefix!r}")
         if int(blas_threads) < 1:
@@ -347,7 +351,7 @@ class Testbed:
 
     def _make_network(self) -> None:
         rate = f"{self.link_mbit:g}mbit"
-        # The bucket must hold at least one timer tick of traffic, or the rate is not met.
+        # The bucket must hold a timer tick's traffic (10 ms: HZ >= 100) or the rate is missed.
         burst = max(64 * 1024, int(self.link_mbit * 1e6 / 8 / 100))
         with open(SUBNET_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two testbeds must not pick the same subnet
@@ -766,12 +770,12 @@ class Testbed:
         list of str
             What could not be removed (empty when clean); also warned about.
         """
-        with self._lock:
-            if self._torn or not self._started:
+        with _teardown_running():  # from here a SIGTERM waits until the teardown is done
+            with self._lock:
+                if self._torn or not self._started:
+                    self._torn = True
+                    return []
                 self._torn = True
-                return []
-            self._torn = True
-        with _teardown_running():
             problems = self._teardown()
             _unregister(self)
         if problems:
