@@ -544,6 +544,22 @@ class Testbed:
                 time.sleep(0.1)
 
     # ----------------------------------------------------------- measurements
+    def other_groups(self) -> list[str]:
+        """Other top-level ``cpu`` groups with processes in them (another testbed, say).
+
+        Their quotas and weights compete with this testbed's: a figure measured while one
+        is busy is not this testbed's alone, so every measurement lists them.
+        """
+        if not CPU_ROOT.is_dir():
+            return []
+        return sorted(
+            group.name
+            for group in CPU_ROOT.iterdir()
+            if group.is_dir()
+            and group.name != self.instance
+            and any(_pids_in(g) for g in [group, *group.rglob("*")] if g.is_dir())
+        )
+
     def cpu_seconds(self, slot: Slot | int) -> float:
         """CPU seconds used so far by the processes of ``slot``'s group (``cpuacct.usage``)."""
         slot = self._as_slot(slot)
@@ -573,9 +589,10 @@ class Testbed:
             ``throttled`` (share of CFS periods in which the group hit its quota) and the
             ratios of ``rate``, ``cores_used`` and the quota to the slowest slot's
             (``rate_ratio``, ``used_ratio``, ``quota_ratio``); and ``period_ms``,
-            ``seconds``, ``together`` and ``loadavg`` (before, after).
+            ``seconds``, ``together``, ``loadavg`` (before, after) and ``other_groups``
+            (see :meth:`other_groups`, before or after).
         """
-        before = _loadavg()
+        before, others = _loadavg(), self.other_groups()
         with self._children("matmul", {}) as children:
             phases = self._run_children(children, seconds, together)
         return {
@@ -583,6 +600,7 @@ class Testbed:
             "seconds": seconds,
             "together": together,
             "loadavg": (before, _loadavg()),
+            "other_groups": sorted({*others, *self.other_groups()}),
             "slots": _with_ratios(phases, "rate"),
         }
 
@@ -607,14 +625,14 @@ class Testbed:
             second), ``cores_used``, ``throttled`` and ratios to the slowest slot;
             ``combined`` (the sum of the together rates), ``fastest_alone``, ``ratio``
             (``combined / fastest_alone``: what the whole testbed can give over its fastest
-            worker), ``quota_ratio`` (the same for the quotas: ``sum(cores) / max(cores)``)
-            and ``loadavg`` (before, after).
+            worker), ``quota_ratio`` (the same for the quotas: ``sum(cores) / max(cores)``),
+            ``loadavg`` (before, after) and ``other_groups``.
         """
         params = {
             "layer_sizes": [int(n_features), *map(int, hidden), int(n_classes)],
             "batch_size": int(batch_size),
         }
-        before = _loadavg()
+        before, others = _loadavg(), self.other_groups()
         with self._children("train", params) as children:
             alone = self._run_children(children, seconds, together=False)
             together = self._run_children(children, seconds, together=True)
@@ -631,6 +649,7 @@ class Testbed:
             "ratio": combined / fastest,
             "quota_ratio": sum(self.cores) / max(self.cores),
             "loadavg": (before, _loadavg()),
+            "other_groups": sorted({*others, *self.other_groups()}),
         }
 
     def measure_link(
@@ -651,14 +670,14 @@ class Testbed:
         Returns
         -------
         dict
-            ``to_slot_mbit``, ``from_slot_mbit``, ``megabytes``, ``link_mbit``, ``slot``
-            and ``loadavg`` (before, after).
+            ``to_slot_mbit``, ``from_slot_mbit``, ``megabytes``, ``link_mbit``, ``slot``,
+            ``loadavg`` (before, after) and ``other_groups``.
         """
         slot = self._as_slot(slot)
         if megabytes is None:
             megabytes = 32.0 if self.link_mbit is None else self.link_mbit * 2 / 8
         n_bytes = int(megabytes * 1e6)
-        before = _loadavg()
+        before, others = _loadavg(), self.other_groups()
         with self._children("link", {"host": slot.host}, slots=[slot]) as children:
             child = children[0]
             port = int(child.ready.split()[1])
@@ -681,6 +700,7 @@ class Testbed:
             "to_slot_mbit": received["bytes"] * 8 / received["wall_s"] / 1e6,
             "from_slot_mbit": got * 8 / wall / 1e6,
             "loadavg": (before, _loadavg()),
+            "other_groups": sorted({*others, *self.other_groups()}),
         }
 
     @contextlib.contextmanager
@@ -1125,8 +1145,12 @@ def _print_rows(title: str, rows: list[dict], unit: str) -> None:
         )
 
 
-def _load(pair) -> str:
-    return f"load average {pair[0][0]:.2f} -> {pair[1][0]:.2f} (1 min)"
+def _load(result: dict) -> str:
+    (before, *_), (after, *_) = result["loadavg"]
+    text = f"load average {before:.2f} -> {after:.2f} (1 min)"
+    if result.get("other_groups"):
+        text += f"; NOT ALONE: other cpu groups busy: {', '.join(result['other_groups'])}"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1165,7 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             q = tb.check_quotas(args.quota_seconds)
             _print_rows(
                 f"quota check: 256x256 float32 matmul loop, {args.quota_seconds:g} s alone in "
-                f"each group; {_load(q['loadavg'])}",
+                f"each group; {_load(q)}",
                 q["slots"],
                 "iter/s",
             )
@@ -1183,7 +1207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"combined ceiling: {c['combined']:.0f} rows/s together = {c['ratio']:.2f} x "
                 f"the fastest slot alone ({c['fastest_alone']:.0f} rows/s); quotas allow "
-                f"{c['quota_ratio']:.2f} x; {_load(c['loadavg'])}"
+                f"{c['quota_ratio']:.2f} x; {_load(c)}"
             )
             if args.link_mbit is not None and period == periods[0]:
                 link = tb.measure_link(0)
@@ -1191,7 +1215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"link: tbf {args.link_mbit:g} Mbit/s both ways; {link['megabytes']:g} MB "
                     f"over TCP driver -> {link['slot']}: {link['to_slot_mbit']:.1f} Mbit/s, "
                     f"{link['slot']} -> driver: {link['from_slot_mbit']:.1f} Mbit/s; "
-                    f"{_load(link['loadavg'])}"
+                    f"{_load(link)}"
                 )
     left = {kind: items for tb in made for kind, items in tb.leftovers().items() if items}
     left_any = {kind: items for kind, items in leftovers().items() if items}
