@@ -398,6 +398,11 @@ class Testbed:
         return f"{SUBNET_PREFIX}.{free[0]}"
 
     # -------------------------------------------------------------- processes
+    @property
+    def processes(self) -> list[subprocess.Popen]:
+        """Every process started through :meth:`popen` (teardown ends them all)."""
+        return list(self._procs)
+
     def _as_slot(self, slot: Slot | int | None) -> Slot | None:
         return self.slots[slot] if isinstance(slot, int) else slot
 

@@ -102,7 +102,7 @@ def test_two_worker_testbed_quotas_hold_dask_runs_and_teardown_leaves_nothing():
                 group = _run_on(client, worker, Path.read_text, Path("/proc/self/cgroup"))
                 assert _cpu_group(group.result()) == f"/{tb.instance}/{slot.name}"
                 worker_pids.append(_run_on(client, worker, os.getpid).result())
-        tracked = [proc.pid for proc in tb._procs]
+        tracked = [proc.pid for proc in tb.processes]
         assert _alive(worker_pids) == worker_pids
     assert_nothing_left(tb.instance, tracked + worker_pids)
     assert tb.teardown() == []  # idempotent
@@ -133,7 +133,7 @@ def test_linked_testbed_shapes_both_directions_and_workers_talk_across_the_bridg
             first, second = (by_name[slot.name] for slot in tb.slots)
             made = _run_on(client, first, bytes, 200_000)
             assert _run_on(client, second, len, made).result() == 200_000
-        tracked = [proc.pid for proc in tb._procs]
+        tracked = [proc.pid for proc in tb.processes]
     assert_nothing_left(tb.instance, tracked)
 
 
