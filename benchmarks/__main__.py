@@ -5,7 +5,7 @@ the machine, the versions and the date, to ``benchmarks/results.md`` (generated:
 edit it by hand), then builds ``docs/performance.md`` and its figures from it and from the
 plots in ``benchmarks/out/`` (``benchmarks/report.py``). A subset (``python -m benchmarks
 idle scaling``) replaces only its own sections. Heterogeneity in these runs is EMULATED on
-one machine.
+one machine, except in ``testbed`` (cgroup CPU quotas enforced by the kernel; needs root).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ SUITE = {
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
+    "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root
 }
 RESULTS = Path(__file__).resolve().parent / "results.md"
 
