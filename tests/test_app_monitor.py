@@ -232,11 +232,11 @@ def test_incremental_summary_equals_summarize_of_the_whole_run(tmp_path):
     full = summarize(read_events(path))
     mine = data.summary()
     assert mine["rounds"] == full["rounds"] == 22
-    for key in ("wall_s", "ideal_s", "efficiency", "fastest_idle_fraction"):
+    for key in ("wall_s", "fit_wall_s", "ideal_s", "efficiency", "fastest_idle_fraction"):
         assert mine[key] == pytest.approx(full[key])
     assert mine["fastest_worker"] == full["fastest_worker"]
     for name, w in full["workers"].items():
-        for key in ("idle_fraction", "mean_speed", "busy_s", "idle_s"):
+        for key in ("idle_fraction", "utilisation", "mean_speed", "busy_s", "idle_s"):
             assert mine["workers"][name][key] == pytest.approx(w[key])
 
 
