@@ -5,7 +5,8 @@ the cluster or the trainer and never unpickles anything. Per run it shows:
 
 - a timeline, one row per worker, of each round's busy, communication and idle seconds
   along wall time (the picture in which a fast worker waits), and each worker's idle
-  fraction over the whole run (:func:`pipeline.runlog.summarize`);
+  fraction over the whole run beside its utilisation (compute seconds over the fit's wall
+  time from the user's call), both from :func:`pipeline.runlog.summarize`;
 - each worker's share of the rows (``partition`` events) against its share of the scores
   (``score`` events), over rounds;
 - training loss and validation score against wall time, with markers for re-balances,
@@ -61,6 +62,7 @@ from bokeh.models import (  # noqa: E402
 )
 from bokeh.palettes import Category10_10, Category20_20, turbo  # noqa: E402
 from bokeh.plotting import figure  # noqa: E402
+from bokeh.transform import dodge  # noqa: E402
 
 from app.rundata import (  # noqa: E402
     MARKER_KINDS,
@@ -85,6 +87,16 @@ MARKER_STYLE = {
     "checkpoint": ("#636363", "square"),
 }
 TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
+IDLE_COLUMNS = (
+    "worker",
+    "idle_pct",
+    "util_pct",
+    "fit_wall_s",
+    "busy_s",
+    "comm_s",
+    "idle_s",
+    "speed",
+)
 
 
 def _palette(n: int) -> list[str]:
@@ -243,23 +255,42 @@ class RunMonitor(param.Parameterized):
         tl.ygrid.grid_line_color = None
         self.fig_timeline = tl
 
-        self.idle_src = ColumnDataSource(
-            {k: [] for k in ("worker", "idle_pct", "busy_s", "comm_s", "idle_s", "speed", "color")}
-        )
+        self.idle_src = ColumnDataSource({k: [] for k in IDLE_COLUMNS})
         ib = _figure(
             "hm-idle",
             x_range=FactorRange(),
-            height=260,
-            title="Idle fraction over the run",
-            y_axis_label="idle % of round wall time",
+            height=300,
+            title="Idle and utilisation per worker",
+            y_axis_label="% of wall time",
             tools="save",
         )
-        ib.vbar(x="worker", top="idle_pct", width=0.8, source=self.idle_src, color="color")
+        bars = [
+            ib.vbar(
+                x=dodge("worker", offset, range=ib.x_range),
+                top=column,
+                width=0.38,
+                source=self.idle_src,
+                color=color,
+            )
+            for offset, column, color in (
+                (-0.2, "idle_pct", KIND_COLORS["idle"]),
+                (0.2, "util_pct", KIND_COLORS["busy"]),
+            )
+        ]
+        ib.add_layout(
+            Legend(
+                items=[("idle, % of rounds", [bars[0]]), ("utilisation, % of fit", [bars[1]])],
+                orientation="horizontal",
+                label_text_font_size="9pt",
+            ),
+            "above",
+        )
         ib.add_tools(
             HoverTool(
                 tooltips=[
                     ("worker", "@worker"),
-                    ("idle", "@idle_pct{0.0} %"),
+                    ("idle", "@idle_pct{0.0} % of its rounds' wall time"),
+                    ("utilisation", "@util_pct{0.0} % of the fit's @fit_wall_s{0.0} s"),
                     ("busy / comm / idle", "@busy_s{0.0} / @comm_s{0.0} / @idle_s{0.0} s"),
                     ("mean speed", "@speed{0,0} rows/s"),
                 ]
@@ -418,8 +449,9 @@ class RunMonitor(param.Parameterized):
             self._set_series(0)
         elif upd.rounds_from is not None:
             self._stream_series(upd.rounds_from)
-        if upd.reset or upd.rounds_from is not None or workers_changed:
-            self._set_idle()
+        # Every event moves a running fit's wall time, so its utilisation (run_end: the
+        # logged summary's); the idle bars change with rounds only.
+        self._set_idle()
         if upd.reset:
             self.marker_src.data = self._markers(0)
         elif upd.markers_from is not None:
@@ -473,24 +505,26 @@ class RunMonitor(param.Parameterized):
 
     def _set_idle(self) -> None:
         s = self.data.summary()
-        names = list(self._workers)
-        colors = dict(zip(names, _palette(len(names))))
-        rows = {k: [] for k in ("worker", "idle_pct", "busy_s", "comm_s", "idle_s", "speed")}
-        for name in names:
+        rows: dict[str, list] = {k: [] for k in IDLE_COLUMNS}
+        fit_wall = s["fit_wall_s"] if s["fit_wall_s"] is not None else math.nan
+        for name in self._workers:
             w = s["workers"].get(name)
             if w is None:
                 continue
             rows["worker"].append(name)
-            frac = w["idle_fraction"]
-            rows["idle_pct"].append(100 * frac if frac is not None else math.nan)
+            for column, key in (("idle_pct", "idle_fraction"), ("util_pct", "utilisation")):
+                rows[column].append(100 * w[key] if w[key] is not None else math.nan)
+            rows["fit_wall_s"].append(fit_wall)
             for k in ("busy_s", "comm_s", "idle_s"):
                 rows[k].append(w[k])
             rows["speed"].append(w["mean_speed"] if w["mean_speed"] is not None else math.nan)
-        rows["color"] = [colors[n] for n in rows["worker"]]
         self.idle_src.data = rows
         fastest = s["fastest_worker"]
         self.idle_subtitle.text = (
-            f"fastest worker {fastest}: {_pct(s['fastest_idle_fraction'])} idle" if fastest else ""
+            f"fastest {fastest}: idle {_pct(s['fastest_idle_fraction'])}, "
+            f"utilisation {_pct(s['fastest_utilisation'])}"
+            if fastest
+            else ""
         )
 
     def _markers(self, first: int) -> dict[str, list]:
@@ -551,8 +585,12 @@ class RunMonitor(param.Parameterized):
             f"parallel efficiency {_pct(s['efficiency'])}",
         ]
         if s["fastest_worker"]:
+            util = f"utilisation {_pct(s['fastest_utilisation'])}"
+            if s["fit_wall_s"] is not None:
+                util += f" of the {_secs(s['fit_wall_s'])} fit"
             parts.append(
-                f"fastest worker {_e(s['fastest_worker'])} idle {_pct(s['fastest_idle_fraction'])}"
+                f"fastest worker {_e(s['fastest_worker'])} idle "
+                f"{_pct(s['fastest_idle_fraction'])} · {util}"
             )
         lines = [" · ".join(parts)]
         facts = []

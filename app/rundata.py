@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.runlog import RunLogTail, event_problem, parse_event, read_events, summarize
+from pipeline.runlog import (
+    RunLogTail,
+    event_problem,
+    fit_wall_time,
+    parse_event,
+    read_events,
+    summarize,
+    utilisation,
+)
 
 __all__ = [
     "RunData",
@@ -281,6 +289,8 @@ class RunData:
         The ``run_start`` and ``run_end`` events.
     t0 : float or None
         Unix time the run's times are measured from (``run_start``, else its first event).
+    latest : float or None
+        Unix time of the run's latest event (a running fit's wall time counts up to it).
     workers : list of str
         Worker names, in order of first appearance (``run_start`` first).
     markers : list of dict
@@ -300,6 +310,7 @@ class RunData:
         self.start: dict | None = None
         self.end: dict | None = None
         self.t0: float | None = None
+        self.latest: float | None = None
         self.n_events = 0
         self.workers: list[str] = []
         self._widx: dict[str, int] = {}
@@ -393,6 +404,9 @@ class RunData:
             self.n_events += 1
             if self.t0 is None:
                 self.t0 = _num(e.get("time"))
+            t = _num(e.get("time"))
+            if math.isfinite(t) and (self.latest is None or t > self.latest):
+                self.latest = t
             kind = e.get("event")
             if kind == "run_start":
                 self.start = dict(e)
@@ -579,21 +593,39 @@ class RunData:
                 a["rows_timed"] += w["mean_speed"] * w["busy_s"]
                 a["busy_timed"] += w["busy_s"]
 
+    def _logged_summary(self) -> Mapping[str, Any]:
+        """``run_end``'s summary (``pipeline.runlog.summarize`` in the writer), or {}."""
+        s = (self.end or {}).get("summary")
+        return s if isinstance(s, Mapping) else {}
+
     def summary(self) -> dict:
-        """Idle fractions, mean speeds and efficiency of the rounds read so far.
+        """Idle fractions, utilisation, mean speeds and efficiency of the run so far.
 
         The same keys and definitions as :func:`pipeline.runlog.summarize` (a subset:
-        ``rounds``, ``wall_s``, ``ideal_s``, ``efficiency``, ``fastest_worker``,
-        ``fastest_idle_fraction`` and per worker ``rounds``, ``busy_s``, ``comm_s``,
-        ``idle_s``, ``wall_s``, ``idle_fraction``, ``mean_speed``), merged from the
-        summaries of each poll's new rounds.
+        ``rounds``, ``wall_s``, ``fit_wall_s``, ``ideal_s``, ``efficiency``,
+        ``fastest_worker``, ``fastest_idle_fraction``, ``fastest_utilisation`` and per
+        worker ``rounds``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``,
+        ``idle_fraction``, ``utilisation``, ``mean_speed``), merged from the summaries of
+        each poll's new rounds. Utilisation and ``fit_wall_s`` are ``run_end``'s summary's
+        once the run has ended; before, :func:`pipeline.runlog.utilisation` of the busy
+        seconds so far over :func:`pipeline.runlog.fit_wall_time` up to the latest event.
         """
         acc = self._sum
+        logged = self._logged_summary()
+        logged_workers = logged.get("workers")
+        if not isinstance(logged_workers, Mapping):
+            logged_workers = {}
+        fit_wall = _num(logged.get("fit_wall_s"))
+        if not math.isfinite(fit_wall):
+            fit_wall = fit_wall_time(self.start, self.end, self.latest)
         workers = {}
         for name, a in acc["workers"].items():
+            mine = logged_workers.get(name)
+            util = _num(mine.get("utilisation")) if isinstance(mine, Mapping) else math.nan
             workers[name] = {
                 **{k: a[k] for k in _SUM_KEYS},
                 "idle_fraction": a["idle_s"] / a["wall_s"] if a["wall_s"] > 0 else None,
+                "utilisation": util if math.isfinite(util) else utilisation(a["busy_s"], fit_wall),
                 "mean_speed": a["rows_timed"] / a["busy_timed"] if a["busy_timed"] > 0 else None,
             }
         speeds = [(w["mean_speed"], n) for n, w in workers.items() if w["mean_speed"]]
@@ -603,10 +635,12 @@ class RunData:
             "run_id": self.run_id,
             "rounds": acc["rounds"],
             "wall_s": acc["wall_s"],
+            "fit_wall_s": fit_wall,
             "ideal_s": acc["ideal_s"],
             "efficiency": acc["ideal_s"] / wwi if wwi > 0 else None,
             "fastest_worker": fastest,
             "fastest_idle_fraction": workers[fastest]["idle_fraction"] if fastest else None,
+            "fastest_utilisation": workers[fastest]["utilisation"] if fastest else None,
             "workers": workers,
         }
 

@@ -262,17 +262,34 @@ class _RoundProgress:
 
 
 def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
+    """Print ``rows`` in right-aligned columns ``(title, key, format)``; None prints "-"."""
     header = "  ".join(
         f"{title:>{len(title) if i == 0 else 12}}" for i, (title, _, _) in enumerate(columns)
     )
     print(header)
     for row in rows:
+        cells = ("-" if row[key] is None else format(row[key], fmt) for _, key, fmt in columns)
         print(
             "  ".join(
-                f"{format(row[key], fmt):>{len(title) if i == 0 else 12}}"
-                for i, (title, key, fmt) in enumerate(columns)
+                f"{cell:>{len(title) if i == 0 else 12}}"
+                for i, (cell, (title, _, _)) in enumerate(zip(cells, columns))
             )
         )
+
+
+def _logged_summary(path) -> dict:
+    """The ``run_end`` summary of the run log at ``path`` ({} if there is none)."""
+    from .runlog import read_events
+
+    if path is None:
+        return {}
+    try:
+        events = read_events(path)
+    except OSError:
+        return {}
+    ends = [e for e in events if e.get("event") == "run_end"]
+    summary = ends[-1].get("summary") if ends else None
+    return summary if isinstance(summary, dict) else {}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -319,10 +336,20 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"fit: sync={args.sync}, partition={args.partition}, {clf.n_iter_} epochs, "
                 f"{wall:.2f} s, loss {clf.loss_:.4f}"
             )
-            rows = [
-                {"worker": n, **r, "idle_pct": 100 * r["idle_fraction"]}
-                for n, r in sorted(clf.training_report_.items())
-            ]
+            # Utilisation from the run log's summary, the one place it is computed.
+            summary = _logged_summary(clf.run_log_path_)
+            logged = summary.get("workers") or {}
+            rows = []
+            for n, r in sorted(clf.training_report_.items()):
+                util = (logged.get(n) or {}).get("utilisation")
+                rows.append(
+                    {
+                        "worker": n,
+                        **r,
+                        "idle_pct": 100 * r["idle_fraction"],
+                        "util_pct": None if util is None else 100 * util,
+                    }
+                )
             _print_table(
                 rows,
                 [
@@ -332,7 +359,15 @@ def cmd_train(args: argparse.Namespace) -> int:
                     ("busy s", "busy_s", ".2f"),
                     ("idle s", "idle_s", ".2f"),
                     ("idle %", "idle_pct", ".1f"),
+                    ("util %", "util_pct", ".1f"),
                 ],
+            )
+            fit_wall = summary.get("fit_wall_s")
+            print(
+                f"util %: busy s over the fit's {'-' if fit_wall is None else f'{fit_wall:.2f}'}"
+                " s wall time from the fit() call (staging, probe, warm start, re-balancing, "
+                "communication and waiting count as not computing); idle % is over the "
+                "rounds' wall time"
             )
             print(f"run log: {clf.run_log_path_}")
     print(f"test accuracy: {clf.score(X_test, y_test):.4f}")

@@ -257,7 +257,9 @@ class _BaseBPNN(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return [int(s) for s in sizes]
 
-    def _fit(self, X, y, incremental: bool = False, eval_set=None):
+    def _fit(self, X, y, incremental: bool = False, eval_set=None, called_at=None):
+        # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
+        # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
@@ -277,7 +279,7 @@ class _BaseBPNN(BaseEstimator):
             )
         self._eval_set = self._validate_eval_set(eval_set)
         try:
-            self._fit_stochastic(X, Y, incremental)
+            self._fit_stochastic(X, Y, incremental, called_at)
         finally:
             del self._eval_set  # held-out data is not part of the fitted model
         if not np.isfinite(self._model.params).all():
@@ -393,7 +395,9 @@ class _BaseBPNN(BaseEstimator):
             )
         return X_train, X_val, np.ascontiguousarray(Y_train), self._decode_targets(Y_val)
 
-    def _fit_stochastic(self, X, Y: np.ndarray, incremental: bool) -> None:
+    def _fit_stochastic(
+        self, X, Y: np.ndarray, incremental: bool, called_at: float | None = None
+    ) -> None:
         if not incremental or not hasattr(self, "_optimizer"):
             self._optimizer = self._make_optimizer()
         if self.early_stopping and incremental:
@@ -415,7 +419,7 @@ class _BaseBPNN(BaseEstimator):
             if self.client is not None:
                 if incremental:
                     raise ValueError("partial_fit runs in-process; set client=None")
-                self._fit_on_cluster(X_train, Y_train, X_val, y_val, batch_size)
+                self._fit_on_cluster(X_train, Y_train, X_val, y_val, batch_size, called_at)
             else:
                 buffers = BatchBuffers(
                     batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
@@ -492,7 +496,9 @@ class _BaseBPNN(BaseEstimator):
             )
         return False
 
-    def _fit_on_cluster(self, X_train, Y_train, X_val, y_val, batch_size: int) -> None:
+    def _fit_on_cluster(
+        self, X_train, Y_train, X_val, y_val, batch_size: int, called_at: float | None = None
+    ) -> None:
         """Train through the HMDSPT round loop on ``self.client``'s cluster."""
         from .cluster import connect
         from .trainer import Trainer, TrainerConfig
@@ -539,6 +545,7 @@ class _BaseBPNN(BaseEstimator):
                 evaluate=evaluate if has_eval else None,
                 checkpoint_extra=self._checkpoint_state,
                 on_resume=self._restore_checkpoint_state,
+                called_at=called_at,
             )
         finally:
             # Also after Ctrl-C, which keeps the model: these describe this fit, not the last.
@@ -725,7 +732,8 @@ class _BaseBPNN(BaseEstimator):
         self : object
             The fitted estimator.
         """
-        return self._fit(X, y, incremental=False, eval_set=eval_set)
+        called_at = time.perf_counter()  # the fit's wall time is the user's, from here
+        return self._fit(X, y, incremental=False, eval_set=eval_set, called_at=called_at)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -1014,13 +1022,14 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         self : object
             The updated estimator.
         """
+        called_at = time.perf_counter()
         if _check_partial_fit_first_call(self, classes):
             self._label_binarizer = LabelBinarizer()
             if type_of_target(y).startswith("multilabel"):
                 self._label_binarizer.fit(y)
             else:
                 self._label_binarizer.fit(classes)
-        return self._fit(X, y, incremental=True)
+        return self._fit(X, y, incremental=True, called_at=called_at)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -1308,4 +1317,4 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         self : object
             The updated estimator.
         """
-        return self._fit(X, y, incremental=True)
+        return self._fit(X, y, incremental=True, called_at=time.perf_counter())

@@ -12,8 +12,9 @@ and versioned by :data:`SCHEMA_VERSION` (written in every ``run_start``).
   lines (:func:`parse_event`, :func:`event_problem`).
 - :class:`RunLogTail` follows a growing log, reading only the bytes appended since its
   previous call.
-- :func:`summarize` turns the ``round`` events into idle fractions and parallel efficiency
-  (DESIGN.md, "Definitions").
+- :func:`summarize` turns the ``round`` events into idle fractions, utilisation and
+  parallel efficiency (DESIGN.md, "Definitions"); :func:`fit_wall_time` and
+  :func:`utilisation` are its definitions of the fit's wall time and of utilisation.
 
 This module must not import Dask: it is in the core layer.
 """
@@ -43,11 +44,13 @@ __all__ = [
     "RunLogTail",
     "RunLogWriter",
     "event_problem",
+    "fit_wall_time",
     "new_run_id",
     "parse_event",
     "read_events",
     "summarize",
     "to_json_native",
+    "utilisation",
 ]
 
 SCHEMA_VERSION = 1
@@ -337,7 +340,8 @@ class RunLogWriter:
         model : mapping
             At least ``{"layers", "n_params"}``.
         **extra
-            Further fields.
+            Further fields, e.g. ``called_at``: unix time of the user's call that started
+            the fit (its wall time counts from there, :func:`fit_wall_time`).
         """
         return self.write(
             "run_start",
@@ -547,7 +551,8 @@ class RunLogWriter:
         status : str
             ``"completed"``, ``"stopped"`` (early stopping or user request) or ``"failed"``.
         wall_s : float
-            Wall time of the whole run.
+            Wall time of the fit on the user's clock: from the call that started it
+            (``run_start.called_at``) to now.
         summary : mapping, optional
             Typically :func:`summarize` of the run's events.
         reason : str, optional
@@ -926,13 +931,75 @@ def _integral(x: float | None) -> float | int | None:
     return int(x) if x is not None and x.is_integer() else x
 
 
-def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) -> dict:
-    """Idle, speed and parallel efficiency of a run, from its ``round`` events.
+def fit_wall_time(
+    run_start: Mapping[str, Any] | None,
+    run_end: Mapping[str, Any] | None = None,
+    latest: float | None = None,
+) -> float | None:
+    """The fit's wall time on the user's clock, the denominator of :func:`utilisation`.
+
+    Parameters
+    ----------
+    run_start : mapping or None
+        The run's ``run_start``: the fit counts from its ``called_at`` (the user's call),
+        or from its ``time`` in a log written before ``called_at`` was recorded.
+    run_end : mapping, optional
+        The run's ``run_end``: once the run ended, its ``wall_s`` is the fit's wall time.
+    latest : float, optional
+        Unix time of the run's latest event: a run still going counts up to it.
+
+    Returns
+    -------
+    seconds : float or None
+        None when there is nothing to count from or to.
+    """
+    if run_end is not None:
+        wall = _num(run_end.get("wall_s"))
+        if wall is not None:
+            return wall
+    if run_start is None or _num(latest) is None:
+        return None
+    origin = _num(run_start.get("called_at"))
+    if origin is None:
+        origin = _num(run_start.get("time"))
+    return None if origin is None else max(0.0, float(latest) - origin)
+
+
+def utilisation(busy_s: float | None, fit_wall_s: float | None) -> float | None:
+    """A worker's utilisation: its compute seconds over the fit's wall time.
+
+    Parameters
+    ----------
+    busy_s : float or None
+        Σ ``busy_s`` of the worker's rounds (its local training inside the round task).
+    fit_wall_s : float or None
+        The fit's wall time from the user's call (:func:`fit_wall_time`).
+
+    Returns
+    -------
+    utilisation : float or None
+        In [0, 1]; None when either is unknown or the wall time is not positive.
+    """
+    busy, wall = _num(busy_s), _num(fit_wall_s)
+    if busy is None or wall is None:
+        return None
+    return _ratio(busy, wall)
+
+
+def summarize(
+    events: Sequence[Mapping[str, Any]],
+    run_id: str | None = None,
+    *,
+    fit_wall_s: float | None = None,
+) -> dict:
+    """Idle, utilisation, speed and parallel efficiency of a run, from its events.
 
     Per DESIGN.md "Definitions": ``idle_i = max(0, wall − busy_i − comm_i)`` (the logged
     ``idle_s`` is used when present); a worker's idle fraction is ``Σ idle_i / Σ wall``
-    over the rounds it took part in; ``speed_i = rows_i / busy_i``; a round's ideal time
-    is ``Σ rows_i / Σ speed_i``; parallel efficiency is ``Σ ideal / Σ wall``.
+    over the rounds it took part in; its utilisation is ``Σ busy_i`` over the fit's wall
+    time from the user's call (:func:`fit_wall_time`, :func:`utilisation`);
+    ``speed_i = rows_i / busy_i``; a round's ideal time is ``Σ rows_i / Σ speed_i``;
+    parallel efficiency is ``Σ ideal / Σ wall``.
 
     Parameters
     ----------
@@ -940,17 +1007,22 @@ def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) ->
         Events as :func:`read_events` returns them.
     run_id : str, optional
         Run to summarise; by default the run of the last event that has a run id.
+    fit_wall_s : float, optional
+        The fit's wall time, for a writer about to log it in ``run_end``; by default
+        :func:`fit_wall_time` of the run's ``run_start``, ``run_end`` and latest event.
 
     Returns
     -------
     summary : dict
-        JSON-native. Keys: ``run_id``, ``rounds``, ``wall_s`` (Σ round wall), ``ideal_s``,
+        JSON-native. Keys: ``run_id``, ``rounds``, ``wall_s`` (Σ round wall),
+        ``fit_wall_s`` (the fit's wall time from the user's call), ``ideal_s``,
         ``merge_s``, ``efficiency``, ``fastest_worker`` (highest mean speed, i.e.
-        ``Σ rows / Σ busy``), ``fastest_idle_fraction``, ``final_loss``,
-        ``final_val_score``, ``workers_lost``, ``workers_joined``, ``status`` (from
-        ``run_end``, else None) and ``workers``: per worker ``rounds``, ``rows``,
-        ``steps``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``, ``idle_fraction``,
-        ``mean_speed``, ``bytes_in``, ``bytes_out``. Ratios are None when undefined.
+        ``Σ rows / Σ busy``), ``fastest_idle_fraction``, ``fastest_utilisation``,
+        ``final_loss``, ``final_val_score``, ``workers_lost``, ``workers_joined``,
+        ``status`` (from ``run_end``, else None) and ``workers``: per worker ``rounds``,
+        ``rows``, ``steps``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``,
+        ``idle_fraction``, ``utilisation``, ``mean_speed``, ``bytes_in``, ``bytes_out``.
+        Ratios are None when undefined.
 
     Notes
     -----
@@ -965,6 +1037,11 @@ def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) ->
                 run_id = e["run_id"]
                 break
     mine = [e for e in events if e.get("run_id") == run_id]
+    if fit_wall_s is None:
+        start = next((e for e in mine if e.get("event") == "run_start"), None)
+        end = next((e for e in reversed(mine) if e.get("event") == "run_end"), None)
+        times = [t for t in (_num(e.get("time")) for e in mine) if t is not None]
+        fit_wall_s = fit_wall_time(start, end, max(times) if times else None)
 
     workers: dict[str, dict[str, Any]] = {}
     n_rounds = 0
@@ -1036,6 +1113,7 @@ def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) ->
             "idle_s": acc["idle_s"],
             "wall_s": acc["wall_s"],
             "idle_fraction": _ratio(acc["idle_s"], acc["wall_s"]),
+            "utilisation": utilisation(acc["busy_s"], fit_wall_s),
             "mean_speed": _ratio(acc["_rows_timed"], acc["_busy_timed"]),
             "bytes_in": _integral(acc["bytes_in"]),
             "bytes_out": _integral(acc["bytes_out"]),
@@ -1053,11 +1131,13 @@ def summarize(events: Sequence[Mapping[str, Any]], run_id: str | None = None) ->
             "run_id": run_id,
             "rounds": n_rounds,
             "wall_s": wall_total,
+            "fit_wall_s": fit_wall_s,
             "ideal_s": ideal_total,
             "merge_s": merge_total,
             "efficiency": _ratio(ideal_total, wall_with_ideal),
             "fastest_worker": fastest,
             "fastest_idle_fraction": per_worker[fastest]["idle_fraction"] if fastest else None,
+            "fastest_utilisation": per_worker[fastest]["utilisation"] if fastest else None,
             "final_loss": final_loss,
             "final_val_score": final_val,
             "workers_lost": sum(e.get("event") == "worker_lost" for e in mine),

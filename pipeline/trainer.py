@@ -351,6 +351,9 @@ class Trainer:
         self.n_rows = 0
         self._names: dict[str, str] = {}
         self._start = time.perf_counter()
+        # perf_counter at the user's call that started the fit: its wall time counts from
+        # there (set by fit).
+        self._called_at = self._start
         self.resumed_from: Checkpoint | None = None  # the checkpoint this fit continued
         self._restored_scores: dict[str, dict] = {}  # worker name -> saved estimate
         self._checkpoint_extra: Callable[[], dict] | None = None
@@ -510,6 +513,7 @@ class Trainer:
         evaluate: Callable[[], float] | None = None,
         checkpoint_extra: Callable[[], dict] | None = None,
         on_resume: Callable[[dict, dict], None] | None = None,
+        called_at: float | None = None,
     ) -> list[RoundRecord]:
         """Train for up to ``max_epochs`` epochs.
 
@@ -535,6 +539,10 @@ class Trainer:
         on_resume : callable, optional
             ``on_resume(extra, extra_arrays)``: called with what ``checkpoint_extra``
             returned when the checkpoint was written, once the fit resumed from it.
+        called_at : float, optional
+            ``time.perf_counter()`` at the user's call that started this fit (e.g. the
+            estimator's ``fit``); by default when this method is called. The fit's wall
+            time (``run_end.wall_s``, the utilisation in its summary) counts from there.
 
         Returns
         -------
@@ -562,6 +570,7 @@ class Trainer:
         workers' local optimizer state (``sync="hmdspt"``/``"local"``) is not saved; it
         restarts from zero, as it does when a worker joins.
         """
+        self._called_at = time.perf_counter() if called_at is None else float(called_at)
         cfg = self.config
         n_rows = self.n_rows = len(Y)
         self._checkpoint_extra = checkpoint_extra
@@ -599,6 +608,7 @@ class Trainer:
                     "hidden_activation": self.model.hidden_activation,
                     "out_activation": self.model.out_activation,
                 },
+                called_at=time.time() - (time.perf_counter() - self._called_at),
             )
             counts = self._initial_counts(n_rows, workers)
             # Kept to re-stage the rows of a lost worker from the source.
@@ -1324,16 +1334,19 @@ class Trainer:
         short, then the staged rows are released and every worker drops the run's state
         and data."""
         if self.log is not None:
+            wall = time.perf_counter() - self._called_at
             summary = None
             if status == "completed" and not self.log.stopped:
                 try:
-                    summary = summarize(read_events(self.log.path))
+                    summary = summarize(
+                        read_events(self.log.path), run_id=self.run_id, fit_wall_s=wall
+                    )
                 except (OSError, ValueError):  # the log went missing or unreadable
                     pass
             self._log(
                 "run_end",
                 status=status,
-                wall_s=time.perf_counter() - self._start,
+                wall_s=wall,
                 summary=summary,
                 reason=reason,
             )

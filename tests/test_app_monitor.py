@@ -232,11 +232,11 @@ def test_incremental_summary_equals_summarize_of_the_whole_run(tmp_path):
     full = summarize(read_events(path))
     mine = data.summary()
     assert mine["rounds"] == full["rounds"] == 22
-    for key in ("wall_s", "ideal_s", "efficiency", "fastest_idle_fraction"):
+    for key in ("wall_s", "fit_wall_s", "ideal_s", "efficiency", "fastest_idle_fraction"):
         assert mine[key] == pytest.approx(full[key])
     assert mine["fastest_worker"] == full["fastest_worker"]
     for name, w in full["workers"].items():
-        for key in ("idle_fraction", "mean_speed", "busy_s", "idle_s"):
+        for key in ("idle_fraction", "utilisation", "mean_speed", "busy_s", "idle_s"):
             assert mine["workers"][name][key] == pytest.approx(w[key])
 
 
@@ -506,3 +506,46 @@ def test_odd_but_valid_json_events_do_not_break_the_page(tmp_path):
     text = _texts(mon.header())
     assert "rounds: 2" in text and "skipped 6 malformed lines/events" in text
     pn.Column(mon.panel()).get_root()  # every chart renders
+
+
+def test_utilisation_beside_idle_is_the_run_logs_summary(tmp_path):
+    """Utilisation bars and the header: live through summarize's definition, then
+    run_end's summary (issue 15, point 3)."""
+    path = tmp_path / "u.jsonl"
+    log = RunLogWriter(path, run_id="U")
+    log.run_start(
+        config={"partition": "proportional"},
+        workers=[{"name": n, "address": "", "nthreads": 1, "memory": 0} for n in "fs"],
+        dataset={"n_samples": 300, "n_features": 4},
+        model={"layers": [4, 2], "n_params": 10},
+        called_at=999.0,  # the user's fit() call, a second before run_start
+        timestamp=1000.0,
+    )
+    for r, t in enumerate((1003.0, 1005.0)):  # two 2 s rounds after 1 s of probing
+        workers = {
+            "f": {"rows": 200, "steps": 1, "busy_s": 0.5, "comm_s": 0.1},
+            "s": {"rows": 100, "steps": 1, "busy_s": 1.5, "comm_s": 0.1},
+        }
+        log.round(r + 1, 1, 2.0, 0.0, 1.0, None, workers, timestamp=t)
+    mon = RunMonitor(path=str(path))
+    live = summarize(read_events(path))
+    assert live["workers"]["f"]["utilisation"] == pytest.approx(1.0 / 6.0)  # to the last round
+    src = mon.idle_src.data
+    assert list(src["worker"]) == ["f", "s"]
+    for name, pct in zip(src["worker"], src["util_pct"]):
+        assert pct == pytest.approx(100 * live["workers"][name]["utilisation"])
+    assert mon.data.summary()["fastest_utilisation"] == pytest.approx(live["fastest_utilisation"])
+    log.run_end("completed", 8.0, summary=summarize(read_events(path), fit_wall_s=8.0),
+                timestamp=1007.0)  # fmt: skip
+    log.close()
+    mon.poll()
+    end = read_events(path)[-1]["summary"]
+    for name, pct in zip(mon.idle_src.data["worker"], mon.idle_src.data["util_pct"]):
+        assert pct == pytest.approx(100 * end["workers"][name]["utilisation"])
+    assert mon.idle_src.data["util_pct"][0] == pytest.approx(100 * 1.0 / 8.0)
+    for name, pct in zip(mon.idle_src.data["worker"], mon.idle_src.data["idle_pct"]):
+        assert pct == pytest.approx(100 * end["workers"][name]["idle_fraction"])
+    text = _texts(mon.header())
+    assert "fastest worker f idle 70.0 % · utilisation 12.5 % of the 8.0 s fit" in text
+    assert "utilisation" in mon.fig_idle.title.text
+    pn.Column(mon.panel()).get_root()  # the chart renders with both bars

@@ -42,6 +42,25 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
 
 
+def test_train_worker_table_shows_utilisation_beside_idle(tmp_path):
+    from pipeline.runlog import read_events
+
+    result = _hmdspt(
+        "train", "--epochs", "1", "--speeds", "2,1", "--hidden", "16", "--run-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    (header,) = [line for line in lines if line.startswith("worker  score")]
+    assert header.split()[-4:] == ["idle", "%", "util", "%"]  # the last column, beside idle
+    # Labelled: what the column is over.
+    assert any(line.startswith("util %: busy s over the fit's") for line in lines)
+    (log,) = tmp_path.glob("*.jsonl")
+    summary = read_events(log)[-1]["summary"]  # the run log's summary: one source of truth
+    for name, w in summary["workers"].items():
+        (row,) = [line for line in lines if line.startswith(name + " ")]
+        assert float(row.split()[-1]) == pytest.approx(100 * w["utilisation"], abs=0.051)
+
+
 def test_score_prints_speed_and_share_per_worker():
     result = _hmdspt("score", "--speeds", "4,1", "--seconds", "1.5", "--rows", "3000")
     assert result.returncode == 0, result.stderr
