@@ -413,7 +413,8 @@ class _BaseBPNN(BaseEstimator):
         self.n_iter_ = 0
         self._divergence_warned = False
         self.eval_curve_ = []
-        self._fit_start = time.perf_counter()
+        # The user's clock: eval_curve_ and max_seconds count from the fit() call.
+        self._fit_start = time.perf_counter() if called_at is None else called_at
         self._eval_seconds = 0.0
         try:
             if self.client is not None:

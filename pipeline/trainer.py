@@ -111,7 +111,7 @@ class TrainerConfig:
         Seeds staging, row orders and the pilot.
     max_seconds : float or None
         Stop after the round during which the fit passed this many seconds of training
-        (:meth:`Trainer.training_seconds`: the time ``evaluate`` took is not counted; the
+        (:meth:`Trainer.training_seconds`, from the user's call: the time ``evaluate`` took is not counted; the
         last epoch is then partial: its rows were not all processed).
     eval_resolution : float
         Relative resolution in time of the evaluations: after a round, ``evaluate`` runs
@@ -1018,8 +1018,8 @@ class Trainer:
         return record
 
     def training_seconds(self) -> float:
-        """Seconds since the trainer was made, less the time ``evaluate`` took."""
-        return time.perf_counter() - self._start - self._eval_s
+        """Seconds since the user's call (see :meth:`fit`), less the time ``evaluate`` took."""
+        return time.perf_counter() - self._called_at - self._eval_s
 
     def _out_of_time(self) -> bool:
         """Whether the time budget is spent (checked before a round, which then is last)."""
