@@ -111,8 +111,9 @@ class TrainerConfig:
         Seeds staging, row orders and the pilot.
     max_seconds : float or None
         Stop after the round during which the fit passed this many seconds of training
-        (:meth:`Trainer.training_seconds`, from the user's call: the time ``evaluate`` took is not counted; the
-        last epoch is then partial: its rows were not all processed).
+        (:meth:`Trainer.training_seconds`, from the user's call: the time ``evaluate``
+        took is not counted; the last epoch is then partial: its rows were not all
+        processed).
     eval_resolution : float
         Relative resolution in time of the evaluations: after a round, ``evaluate`` runs
         when the training seconds since its last run are at least this fraction of the
