@@ -4,8 +4,11 @@ Runs each benchmark in turn, shows its output, and writes everything it printed,
 the machine, the versions and the date, to ``benchmarks/results.md`` (generated: never
 edit it by hand), then builds ``docs/performance.md`` and its figures from it and from the
 plots in ``benchmarks/out/`` (``benchmarks/report.py``). A subset (``python -m benchmarks
-idle scaling``) replaces only its own sections. Heterogeneity in these runs is EMULATED on
-one machine, except in ``testbed`` (cgroup CPU quotas enforced by the kernel; needs root).
+idle scaling``) replaces only its own sections. The headline benchmarks (``idle``,
+``scaling``, ``comm``, ``training-testbed``, ``simulation``) run on the testbed, cgroup CPU
+quotas (and ``tc`` links) enforced by the kernel (``benchmarks/testbed.py``; needs root), and
+``idle``, ``scaling``, ``comm`` and ``simulation`` also on the in-code emulation, labelled
+*emulated*; the other benchmarks run on the emulation only.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from pathlib import Path
 
 from . import report
 
-SUITE = {
+# name -> module, or (module, its arguments) for a variant of a benchmark
+SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "kernel": "benchmarks.bench_kernel",
     "accuracy": "benchmarks.bench_accuracy",
     "scoring": "benchmarks.bench_scoring",
     "staging": "benchmarks.bench_staging",
-    "idle": "benchmarks.bench_idle",
-    "scaling": "benchmarks.bench_scaling",
-    "training": "benchmarks.bench_training",
+    "idle": "benchmarks.bench_idle",  # testbed, then emulated
+    "scaling": "benchmarks.bench_scaling",  # testbed, then emulated
+    "comm": "benchmarks.bench_comm",  # linked testbed at 3 rates, then emulated
+    "training-testbed": ("benchmarks.bench_training", ("--cluster", "testbed")),
+    "training": "benchmarks.bench_training",  # emulated
     "ablation": "benchmarks.bench_ablation",
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
@@ -82,15 +88,17 @@ def main(argv=None) -> int:
     # A subset replaces only its own sections of an existing results file.
     sections = _read_sections(RESULTS) if names != ["all"] else {}
     for name in chosen:
-        module = importlib.import_module(SUITE[name])
+        entry = SUITE[name]
+        module_name, args = (entry, ()) if isinstance(entry, str) else entry
+        module = importlib.import_module(module_name)
         buffer = io.StringIO()
         start = time.perf_counter()
         status = "ok"
         with contextlib.redirect_stdout(_Tee(sys.stdout, buffer)):
-            saved_argv, sys.argv = sys.argv, [SUITE[name]]  # defaults, whatever we were given
+            saved_argv, sys.argv = sys.argv, [module_name, *args]  # not what we were given
             try:
                 if inspect.signature(module.main).parameters:
-                    module.main([])
+                    module.main(list(args))
                 else:
                     module.main()
             except SystemExit:
@@ -109,7 +117,9 @@ def main(argv=None) -> int:
         f"- written: {_now()}; each section gives the time it was measured\n"
         f"- machine: {platform.machine()}, {platform.platform()}, python "
         f"{platform.python_version()}\n"
-        "- heterogeneity: EMULATED on one machine (duty-cycle throttle), see DESIGN\n"
+        "- heterogeneity: where a table says testbed, OS-enforced (cgroup CPU quotas, tc "
+        "links; docs/testbed.md); elsewhere EMULATED on one machine (duty-cycle throttle), "
+        "labelled emulated\n"
         "- every figure is measured in the run shown; ratios are side by side in one run\n\n"
     )
     report.write_text(RESULTS, assemble(head, sections))

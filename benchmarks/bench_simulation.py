@@ -1,8 +1,10 @@
 """Simulated HMDSPT rounds: validation against real 3-worker runs, then 8 to 4,096 workers.
 
-1. **Validation** (heterogeneity EMULATED on one machine). Unless ``--log`` names existing
-   run logs, every run of this benchmark makes two FRESH real runs on
-   ``pipeline.cluster.local_cluster(speeds=(4, 2, 1))`` — one with proportional shares, one
+1. **Validation**, on the OS-enforced testbed (``benchmarks/testbed.py``: one Dask worker
+   per cgroup with a CPU quota of 1 / 0.5 / 0.25 core, the kernel enforcing it) and, the
+   same way, on the in-code emulation (``pipeline.cluster.local_cluster(speeds=(4, 2, 1))``,
+   labelled *emulated*). Unless ``--log`` names existing run logs, every run of this
+   benchmark makes, on each cluster, two FRESH real runs — one with proportional shares, one
    with equal shares, same data, same model, one round per epoch sized so that a
    proportional round carries about a second of compute — and writes their run logs to
    ``benchmarks/out/simulation/`` (not committed). Logs are never reused between runs.
@@ -41,7 +43,8 @@ Plots (matplotlib, Agg) in ``benchmarks/out/``: ``simulation-validation.png``,
 
 Run from the repository root::
 
-    python -m benchmarks.bench_simulation [--log RUN.jsonl ...] [--rounds 10]
+    python -m benchmarks.bench_simulation [--quick] [--cluster both|testbed|emulated]
+        [--log RUN.jsonl ...] [--rounds 10]
 
 The scaling and driver parts are simulations with DESIGN.md's measured costs, not
 measurements.
@@ -62,7 +65,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import busy_cpu_seconds, header, own_cpu_seconds  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    EMULATED,
+    TESTBED,
+    add_cluster_arguments,
+    busy_cpu_seconds,
+    chosen_kinds,
+    cluster,
+    header,
+    own_cpu_seconds,
+    print_leftovers,
+)
 from benchmarks.report import pyplot, save_figure  # noqa: E402
 from pipeline.runlog import read_events  # noqa: E402
 from pipeline.simulate import (  # noqa: E402
@@ -77,6 +90,7 @@ from pipeline.simulate import (  # noqa: E402
 OUT = Path(__file__).resolve().parent / "out"
 RUN_DIR = OUT / "simulation"
 SPEEDS = (4, 2, 1)
+TESTBED_CORES = (1.0, 0.5, 0.25)  # SPEEDS as the testbed's CPU quotas
 TOLERANCE = 0.15  # relative error allowed (round time; idle fractions >= IDLE_FLOOR)
 IDLE_FLOOR = 0.10  # below this measured idle fraction, judge in absolute terms
 IDLE_ABS = 0.15  # absolute error allowed there: 15 % of the round (percentage points)
@@ -132,18 +146,24 @@ def _other_cores(samples: np.ndarray, t0: float, t1: float) -> float:
     return max(float(d_machine - d_own), 0.0) / (t1 - t0)
 
 
-def real_runs(rows: int, features: int, hidden: tuple[int, ...], epochs: int) -> list[Path]:
-    """Two fresh runs (proportional, equal) on the emulated 4:2:1 cluster; their logs.
+def real_runs(
+    rows: int,
+    features: int,
+    hidden: tuple[int, ...],
+    epochs: int,
+    kind: str = EMULATED,
+    period_ms: float = 100.0,
+) -> tuple[list[Path], str]:
+    """Two fresh runs (proportional, equal) on a 4:2:1 cluster; their logs and its label.
 
-    Beside each log ``<name>.load.json`` holds the CPU used by the whole machine and by
-    this process tree during the fit: the load of the (shared) machine's other processes
-    slows the workers unevenly and is the main reason a prediction misses.
+    ``kind`` is ``"testbed"`` (quotas 1 / 0.5 / 0.25 core) or ``"emulated"``. Beside each
+    log ``<name>.load.json`` holds the CPU used by the whole machine and by this process
+    tree (driver, scheduler, workers) during the fit: the load of the (shared) machine's
+    other processes slows the workers unevenly and is the main reason a prediction misses.
     """
-    from distributed import Client
     from sklearn.datasets import make_classification
     from sklearn.exceptions import ConvergenceWarning
 
-    from pipeline.cluster import local_cluster
     from pipeline.estimator import BPNNClassifier
 
     RUN_DIR.mkdir(parents=True, exist_ok=True)
@@ -152,10 +172,12 @@ def real_runs(rows: int, features: int, hidden: tuple[int, ...], epochs: int) ->
     )
     paths = []
     t0 = time.perf_counter()
-    with local_cluster(speeds=SPEEDS) as cluster, Client(cluster) as client:
-        print(f"real runs on {cluster.emulation}, {os.cpu_count()} cores")
+    cores = TESTBED_CORES if kind == TESTBED else None
+    with cluster(kind, SPEEDS, cores=cores, period_ms=period_ms) as (client, label, info):
+        where = info.get("mapping") or info.get("emulation")
+        print(f"real runs on the {label}: {where}; {os.cpu_count()} cores")
         for part in ("proportional", "equal"):
-            path = RUN_DIR / f"validation-{part}.jsonl"
+            path = RUN_DIR / f"validation-{kind}-{part}.jsonl"
             path.unlink(missing_ok=True)  # the run log appends: start it afresh
             clf = BPNNClassifier(
                 hidden,
@@ -184,8 +206,12 @@ def real_runs(rows: int, features: int, hidden: tuple[int, ...], epochs: int) ->
                 f"processes used {others:.2f} cores meanwhile -> {_rel(path)}"
             )
             paths.append(path)
+        if kind == TESTBED and info["testbed"].other_groups():
+            print(
+                f"  NOT ALONE: other cpu groups busy: {', '.join(info['testbed'].other_groups())}"
+            )
     print(f"  real runs took {time.perf_counter() - t0:.1f} s (cluster start included)")
-    return paths
+    return paths, label
 
 
 def _load_path(log: Path) -> Path:
@@ -233,9 +259,16 @@ def _judge_idle(meas: float, pred: float) -> tuple[str, bool]:
     return "absolute", abs(pred - meas) <= IDLE_ABS
 
 
-def validate(path: str | Path, warmup_epochs: int, calib: int, seeds: int = 200) -> dict:
+def validate(
+    path: str | Path,
+    warmup_epochs: int,
+    calib: int,
+    seeds: int = 200,
+    label: str | None = None,
+) -> dict:
     """Leave out the first ``warmup_epochs`` epochs of a log, calibrate on the next
-    ``calib`` rounds, predict the rest, judge."""
+    ``calib`` rounds, predict the rest, judge. ``label`` names the cluster the log was
+    made on (default: the emulation the log records, else "not emulated")."""
     m = load_rounds(path)
     n = len(m["names"])
     p = m["params_bytes"]
@@ -248,14 +281,16 @@ def validate(path: str | Path, warmup_epochs: int, calib: int, seeds: int = 200)
             f"{warmup_epochs} epoch(s) + calibration {calib}"
         )
     emu = m["emulation"] or {}
-    speeds_txt = ":".join(f"{s:g}" for s in emu.get("speeds", [])) or "?"
-    print(f"\n### {m['partition']} shares: {_rel(Path(path))}")
+    if label is None:
+        speeds_txt = ":".join(f"{s:g}" for s in emu.get("speeds", []))
+        label = f"speeds {speeds_txt} emulated on one machine" if emu else "not emulated"
+    print(f"\n### {m['partition']} shares ({label}): {_rel(Path(path))}")
     left_out = ""
     if warmup:
         epochs = "epoch 1" if warmup_epochs == 1 else f"epochs 1-{warmup_epochs}"
         left_out = f"{epochs} ({_span(1, warmup)}) left out as warm-up, "
     print(
-        f"{n} workers, speeds {speeds_txt} emulated on one machine; {n_rounds} rounds, "
+        f"{n} workers, {label}; {n_rounds} rounds, "
         f"{int(rows[warmup].sum()):,} rows a round after the warm-up, {m['n_params']:,} "
         f"parameters. {left_out}calibrate on {_span(warmup + 1, warmup + calib)}, predict "
         f"{_span(warmup + calib + 1, n_rounds)} (rows per worker replayed from the log, "
@@ -332,7 +367,7 @@ def validate(path: str | Path, warmup_epochs: int, calib: int, seeds: int = 200)
         )
     n_rel = rules.count("relative")
     print(
-        f"verdict ({m['partition']}): round time within 15 %: "
+        f"verdict ({m['partition']}, {label}): round time within 15 %: "
         f"{'yes' if wall_ok else 'NO'} ({100 * wall_rel:+.1f} %); idle fractions within "
         f"15 %: {'yes' if all(idle_ok) else 'NO'} ({sum(idle_ok)}/{len(idle_ok)} workers; "
         f"{n_rel} judged by relative error, {len(rules) - n_rel} by absolute error as "
@@ -347,6 +382,7 @@ def validate(path: str | Path, warmup_epochs: int, calib: int, seeds: int = 200)
         )
     return {
         "partition": m["partition"],
+        "label": label,
         "names": m["names"],
         "meas_wall": meas_wall,
         "pred_wall": pred_wall,
@@ -496,7 +532,8 @@ def plot_validation(results: list[dict], path: Path) -> Path:
         ax_w.set_xticks([0, 1], ["measured", "predicted"])
         ax_w.set_ylabel("mean round time, s")
         rel = (r["pred_wall"] - r["meas_wall"]) / r["meas_wall"]
-        ax_w.set_title(f"{r['partition']} shares: round time ({rel:+.0%})", fontsize=9)
+        where = "testbed" if r.get("label", "").startswith(TESTBED) else "emulated"
+        ax_w.set_title(f"{where}, {r['partition']} shares: round time ({rel:+.0%})", fontsize=9)
         x = np.arange(len(r["names"]))
         for k, (label, vals, col) in enumerate(
             (
@@ -516,11 +553,11 @@ def plot_validation(results: list[dict], path: Path) -> Path:
         ax_i.set_xticks(x, r["names"])
         ax_i.set_ylabel("idle, % of round time")
         ax_i.set_ylim(0, max(10.0, 115 * max(max(r["meas_idle"]), max(r["pred_idle"]))))
-        ax_i.set_title(f"{r['partition']} shares: idle fraction per worker", fontsize=9)
+        ax_i.set_title(f"{where}, {r['partition']} shares: idle fraction per worker", fontsize=9)
         ax_i.legend(fontsize=8)
     fig.suptitle(
-        "Simulator validation: 3 workers at 4:2:1 emulated on one machine (measured) "
-        "vs simulated (predicted)",
+        "Simulator validation: 3 workers at 4:2:1 (testbed: OS-enforced CPU quotas 1 / 0.5 / "
+        "0.25 core; emulated: duty cycle) measured vs simulated (predicted)",
         fontsize=10,
     )
     return save_figure(fig, path)
@@ -591,10 +628,12 @@ def main(argv: list[str] | None = None) -> None:
         "--log",
         nargs="+",
         metavar="PATH",
-        help="validate these existing run logs (.jsonl) of real emulated runs instead of "
-        "making two fresh ones in benchmarks/out/simulation/",
+        help="validate these existing run logs (.jsonl) of real runs instead of making two "
+        "fresh ones per cluster in benchmarks/out/simulation/",
     )
-    ap.add_argument("--rows", type=int, default=135_000, help="rows of the fresh real runs")
+    ap.add_argument("--quick", action="store_true", help="fresh runs of 45,000 rows and 8 epochs")
+    add_cluster_arguments(ap)
+    ap.add_argument("--rows", type=int, default=None, help="rows of the fresh real runs")
     ap.add_argument("--features", type=int, default=100, help="features of the fresh runs")
     ap.add_argument(
         "--hidden",
@@ -602,7 +641,7 @@ def main(argv: list[str] | None = None) -> None:
         help="hidden layer sizes of the fresh runs (comma separated)",
     )
     ap.add_argument(
-        "--epochs", type=int, default=12, help="epochs (one round each) of each fresh run"
+        "--epochs", type=int, default=None, help="epochs (one round each) of each fresh run"
     )
     ap.add_argument(
         "--warmup-epochs",
@@ -620,25 +659,42 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=10, help="rounds per scaling run")
     ap.add_argument("--no-plots", action="store_true", help="write no PNG")
     args = ap.parse_args(argv)
+    args.rows = args.rows or (45_000 if args.quick else 135_000)
+    args.epochs = args.epochs or (8 if args.quick else 12)
     t0 = time.perf_counter()
 
-    header("simulator: validation against emulated runs, then simulated scaling")
-    print(
-        "\n## validation (real runs: heterogeneity emulated on one machine; predictions simulated)"
-    )
+    header("simulator: validation against the testbed and the emulation, then simulated scaling")
     _judging_rule()
+    results = []
     if args.log:
+        print("\n## validation of existing run logs (predictions simulated)")
         logs = [Path(p) for p in args.log]
         print(f"validating existing logs: {', '.join(map(str, logs))}")
+        results = [validate(log, args.warmup_epochs, args.calib) for log in logs]
     else:
         hidden = tuple(int(h) for h in args.hidden.split(","))
-        logs = real_runs(args.rows, args.features, hidden, args.epochs)
-    results = [validate(log, args.warmup_epochs, args.calib) for log in logs]
-    ok = [r["wall_ok"] and r["idle_ok"] for r in results]
-    print(
-        f"\nvalidation: {sum(ok)}/{len(ok)} runs with round time and idle fractions within "
-        "15 % (rule above)"
-    )
+        for kind in chosen_kinds(args.cluster):
+            where = (
+                "the testbed: OS-enforced CPU quotas"
+                if kind == TESTBED
+                else "heterogeneity emulated on one machine"
+            )
+            print(
+                f"\n## validation against {kind} runs (real runs on {where}; predictions simulated)"
+            )
+            logs, label = real_runs(
+                args.rows, args.features, hidden, args.epochs, kind, args.period_ms
+            )
+            results += [validate(log, args.warmup_epochs, args.calib, label=label) for log in logs]
+        print_leftovers()
+    labels = list(dict.fromkeys(r["label"] for r in results))
+    print()
+    for label in labels:
+        ok = [r["wall_ok"] and r["idle_ok"] for r in results if r["label"] == label]
+        print(
+            f"validation on the {label}: {sum(ok)}/{len(ok)} runs with round time and idle "
+            "fractions within 15 % (rule above)"
+        )
 
     scale = scaling(args.rounds, 0.0)
     scaling(args.rounds, args.stragglers)

@@ -5,9 +5,12 @@ writing ``results.md``; ``python -m benchmarks.report`` rebuilds the page from t
 results and ``benchmarks/out/`` without measuring anything. It holds the measured tables
 verbatim (each section of ``results.md``), grouped by the questions the project asks — how
 much faster, which part buys it, does it hold at scale — and the PNG plots the benchmarks
-drew in the runs those tables come from, copied to ``docs/performance/``. The headline
-figure, ``docs/performance/headline.png``, is drawn here from the idle benchmark's numbers
-(``benchmarks/out/idle.json``), after checking that they are the numbers of its table.
+drew in the runs those tables come from, copied to ``docs/performance/``. The page leads
+with the figures measured on the OS-enforced testbed (``benchmarks/testbed.py``); figures of
+the in-code emulation follow, labelled *emulated*. The headline figure,
+``docs/performance/headline.png``, is drawn here from the idle benchmark's numbers
+(``benchmarks/out/idle.json``), the testbed's first, after checking that they are the
+numbers of its table.
 
 A plot is used only if it belongs to the run whose table the page shows: a PNG written
 outside the time span of its section's run is stale and left out, and the page says which
@@ -215,11 +218,81 @@ class Part:
     figures: tuple[Figure, ...] = ()
 
 
+IDLE_PART = Part(
+    "idle",
+    "Idle time and efficiency per speed mix: equal vs proportional shares",
+    "The same HMDSPT fit with equal and with proportional shares, per speed mix; the fastest "
+    "worker's idle fraction and the parallel efficiency from the run logs, the fit's wall "
+    "time from the `fit()` call. On the testbed first (each mix as CPU quotas the kernel "
+    "enforces, the mapping printed), then on the emulation (labelled emulated).",
+    (
+        Figure(
+            "idle.png",
+            "idle",
+            "Fastest worker's idle time and parallel efficiency per speed mix: on the testbed "
+            "(OS-enforced CPU quotas), then emulated.",
+        ),
+    ),
+)
+
 QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
+    (
+        "On the testbed: the headline figures",
+        "Measured on the testbed (`benchmarks/testbed.py`, [docs/testbed.md](testbed.md)): "
+        "every Dask worker runs in a cgroup whose CPU quota the kernel enforces and, for the "
+        "communication table, behind a link shaped by `tc tbf`. Each benchmark prints the "
+        "testbed's table first and then, labelled *emulated*, the same measurement on the "
+        "in-code emulation. Times are the user's: from the `fit()` call, staging and the "
+        "speed probe included.",
+        (
+            IDLE_PART,
+            Part(
+                "training-testbed",
+                "Time to accuracy on the testbed",
+                "KDD Cup 99: HMDSPT against equal shares, local SGD and bulk-synchronous SGD "
+                "on the testbed (quotas 1 / 0.5 / 0.25 core, the issue's 4:2:1), same data, "
+                "model, time box and target as the emulated comparison below (in-process "
+                "BPNNClassifier's final accuracy minus 1 point; the in-process fit runs in "
+                "the driver, so only its accuracy counts).",
+                (
+                    Figure(
+                        "kddcup99-testbed.png",
+                        "training-testbed",
+                        "KDD Cup 99 on the testbed: the fastest worker's idle time and held-out "
+                        "accuracy against time, per run (OS-enforced CPU quotas).",
+                    ),
+                ),
+            ),
+            Part(
+                "comm",
+                "Communication at 10 Gbit/s, 1 Gbit/s and 100 Mbit/s",
+                "Bytes a worker sends and receives per round and the wall time per round for "
+                "dense, float16 and top-k deltas and for bulk-synchronous SGD, on the testbed "
+                "with every worker's link shaped to each rate (the rate measured over TCP), "
+                "then on the emulation over the loopback (links not shaped).",
+            ),
+            Part(
+                "scaling",
+                "1 to 4 workers",
+                "Equal workers: on the testbed each with the same CPU quota (the speed-up is "
+                "the method's own); on the emulation full-speed processes that past the core "
+                "count share the cores (the overhead of more workers, not speed-up).",
+                (
+                    Figure(
+                        "scaling.png",
+                        "scaling",
+                        "Epoch time, speed-up over one worker and parallel efficiency, 1 to 4 "
+                        "workers: testbed (OS-enforced quotas) and emulated.",
+                    ),
+                ),
+            ),
+        ),
+    ),
     (
         "How much faster?",
         "Training speed against scikit-learn on one core, and time to a target accuracy "
-        "against the baselines on an emulated heterogeneous cluster, at equal accuracy.",
+        "against the baselines on an emulated heterogeneous cluster (labelled emulated), at "
+        "equal accuracy.",
         (
             Part(
                 "kernel",
@@ -276,24 +349,9 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
     ),
     (
         "Which part buys it?",
-        "Where the time goes: idle time of the fastest worker with equal and with "
-        "proportional shares, then each mechanism switched off in turn.",
+        "Where the time goes: each mechanism switched off in turn (emulated; the idle time "
+        "with equal and with proportional shares is in the testbed's section above).",
         (
-            Part(
-                "idle",
-                "Idle time: equal vs proportional shares",
-                "The same HMDSPT fit with equal and with proportional shares, per emulated "
-                "speed mix; fastest worker's idle fraction and parallel efficiency from the "
-                "run logs.",
-                (
-                    Figure(
-                        "idle.png",
-                        "idle",
-                        "Fastest worker's idle time and parallel efficiency per speed mix "
-                        "(heterogeneity emulated on one machine).",
-                    ),
-                ),
-            ),
             Part(
                 "ablation",
                 "Ablation: each mechanism switched off in turn",
@@ -312,34 +370,23 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
     ),
     (
         "Does it hold at scale?",
-        "On this machine only up to 4 workers fit; beyond that the discrete-event simulator, "
-        "calibrated against measured runs, predicts up to 4,096 workers.",
+        "On this machine only up to 4 workers fit (measured in the testbed's section above); "
+        "beyond that the discrete-event simulator, calibrated against measured runs, predicts "
+        "up to 4,096 workers.",
         (
-            Part(
-                "scaling",
-                "On this machine: 1 to 4 workers",
-                "Equal-speed worker processes on one machine; past the core count they share "
-                "cores, so this shows the overhead of more workers rather than speed-up.",
-                (
-                    Figure(
-                        "scaling.png",
-                        "scaling",
-                        "Epoch time, speed-up over one worker and parallel efficiency, "
-                        "1 to 4 worker processes on this machine.",
-                    ),
-                ),
-            ),
             Part(
                 "simulation",
                 "Simulated: up to 4,096 workers",
-                "The simulator checked against measured runs (validation), then weak "
+                "The simulator checked against measured runs on the testbed and, the same "
+                "way, on the emulation (validation: same metric and tolerance), then weak "
                 "scaling and the driver's share of a round up to 4,096 workers (simulated, "
                 "not measured on a cluster).",
                 (
                     Figure(
                         "simulation-validation.png",
                         "simulation",
-                        "Simulator against measured runs (heterogeneity emulated).",
+                        "Simulator against measured runs: on the testbed (OS-enforced CPU "
+                        "quotas) and emulated.",
                     ),
                     Figure(
                         "simulation-scaling.png",
@@ -417,10 +464,12 @@ def _unusable(src: Path, section: Section | None, name: str, timed: bool = True)
 
 
 IDLE_ROW = re.compile(
-    r"^\s*(?P<speeds>\d+(?::\d+)+)\s+(?P<partition>equal|proportional)\s+"
-    r"(?P<idle>\S+)\s+(?P<eff>\S+)\s+(?P<wall>\S+)\s*$",
+    r"^[ \t]*(?:(?P<cluster>testbed|emulated)[ \t]+)?(?P<speeds>\d+(?::\d+)+)[ \t]+"
+    r"(?:[\d.]+(?:/[\d.]+)+[ \t]+)?(?P<partition>equal|proportional)[ \t]+"
+    r"(?P<idle>\S+)[ \t]+(?P<eff>\S+)(?:[ \t]+\S+)+[ \t]*$",
     re.M,
 )
+TESTBED, EMULATED = "testbed", "emulated"
 
 
 def _pct(v) -> str:
@@ -430,7 +479,7 @@ def _pct(v) -> str:
 def _idle_mismatch(data: dict, section: Section) -> str | None:
     """Why ``idle.json`` does not hold the numbers of the idle table, or None if it does."""
     table = {
-        (m["speeds"], m["partition"]): (m["idle"], m["eff"])
+        (m["cluster"] or EMULATED, m["speeds"], m["partition"]): (m["idle"], m["eff"])
         for m in IDLE_ROW.finditer(section.body)
     }
     rows = data.get("results") or []
@@ -438,42 +487,72 @@ def _idle_mismatch(data: dict, section: Section) -> str | None:
         return f"it has {len(rows)} rows, the idle table {len(table)}"
     for r in rows:
         eff = "n/a" if r.get("efficiency") is None else f"{r['efficiency']:.2f}"
-        got = table.get((r["speeds"], r["partition"]))
+        kind = r.get("cluster", EMULATED)
+        got = table.get((kind, r["speeds"], r["partition"]))
         if got != (_pct(r.get("fastest_idle")), eff):
-            return f"{r['speeds']} {r['partition']}: {got} in the table"
+            return f"{kind} {r['speeds']} {r['partition']}: {got} in the table"
     return None
 
 
+def idle_clusters(data: dict) -> list[str]:
+    """The clusters of ``idle.json``'s rows, the testbed first (rows without one: emulated)."""
+    present = {r.get("cluster", EMULATED) for r in data.get("results") or []}
+    return [k for k in (TESTBED, EMULATED) if k in present]
+
+
 def draw_headline(data: dict, path: str | Path) -> Path:
-    """The README's figure: fastest worker's idle %, equal vs proportional, per speed mix."""
+    """The README's figure: fastest worker's idle %, equal vs proportional, per speed mix;
+    one panel per cluster, the testbed's first, each labelled with its cluster."""
     plt = pyplot()
-    rows = data["results"]
-    mixes = list(dict.fromkeys(r["speeds"] for r in rows))
-    by = {(r["speeds"], r["partition"]): r.get("fastest_idle") for r in rows}
-    fig, ax = plt.subplots(figsize=(7.5, 4.4), layout="constrained")
-    grouped_bars(
-        ax,
-        mixes,
-        {
-            f"{p} shares": [None if by.get((m, p)) is None else 100 * by[(m, p)] for m in mixes]
-            for p in ("equal", "proportional")
-        },
-    )
+    kinds = idle_clusters(data)
     cores = data.get("machine", {}).get("cores")
     where = f"one {cores}-core machine" if cores else "one machine"
-    workers = len(mixes[0].split(":"))
-    ax.set(
-        xlabel=f"speeds of the {workers} workers (emulated)",
-        ylabel="fastest worker idle, % of round time",
-        ylim=(0, 100),
+    labels = data.get("clusters", {})
+    fig, axes = plt.subplots(
+        1, len(kinds), figsize=(6.2 * len(kinds), 4.6), layout="constrained", squeeze=False
     )
-    ax.legend(loc="upper left")
-    fig.suptitle("HMDSPT: the fastest worker's idle time, equal vs proportional shares")
-    ax.set_title(
-        f"heterogeneity EMULATED on {where} (duty-cycle throttle)\n"
-        f"measured {data.get('measured', '?')} by `python -m benchmarks idle`",
-        fontsize=9,
-        color="0.25",
+    for ax, kind in zip(axes[0], kinds):
+        rows = [r for r in data["results"] if r.get("cluster", EMULATED) == kind]
+        mixes = list(dict.fromkeys(r["speeds"] for r in rows))
+        by = {(r["speeds"], r["partition"]): r for r in rows}
+        ticks = mixes
+        if kind == TESTBED:
+            ticks = [
+                m
+                + "\n"
+                + "/".join(f"{c:.3g}" for c in by[(m, "equal")].get("cores") or [])
+                + " core"
+                if (m, "equal") in by
+                else m
+                for m in mixes
+            ]
+        grouped_bars(
+            ax,
+            ticks,
+            {
+                f"{p} shares": [
+                    None
+                    if by.get((m, p), {}).get("fastest_idle") is None
+                    else 100 * by[(m, p)]["fastest_idle"]
+                    for m in mixes
+                ]
+                for p in ("equal", "proportional")
+            },
+        )
+        workers = len(mixes[0].split(":")) if mixes else 0
+        if kind == TESTBED:
+            title = labels.get(kind, "testbed (OS-enforced CPU quotas)")
+            xlabel = f"speeds of the {workers} workers, as CPU quotas the kernel enforces"
+        else:
+            title = f"EMULATED on {where} (duty-cycle throttle)"
+            xlabel = f"speeds of the {workers} workers (emulated)"
+        ax.set(xlabel=xlabel, ylabel="fastest worker idle, % of round time", ylim=(0, 100))
+        ax.set_title(title, fontsize=9, color="0.15" if kind == TESTBED else "0.35")
+        ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle(
+        "HMDSPT: the fastest worker's idle time, equal vs proportional shares\n"
+        f"measured {data.get('measured', '?')} on {where} by `python -m benchmarks idle`",
+        fontsize=10,
     )
     return save_figure(fig, path)
 
@@ -611,11 +690,16 @@ def build(
         "verbatim from `benchmarks/results.md`, every plot was drawn by the run that printed "
         "its table, and ratios compare runs made side by side in one run.",
         "",
-        f"**Heterogeneity is EMULATED.** All workers are processes on {where}; a slower "
-        "worker is throttled by a duty cycle (after each compute chunk it sleeps (k - 1) "
-        "times that chunk's CPU time), so speed mixes such as 4:2:1 are emulated, and all "
-        "workers, the scheduler and the driver share the same cores. The 4,096-worker "
-        "figures come from the simulator, not from a cluster.",
+        f"**Two kinds of cluster, both on {where}.** Figures labelled **testbed "
+        "(OS-enforced CPU quotas)** lead the page: every Dask worker runs in a cgroup whose "
+        "CPU quota the kernel enforces (a speed mix such as 4:2:1 becomes quotas of 1 / 0.5 / "
+        "0.25 core, the rest of the machine left to the scheduler and the driver) and, where "
+        "a table says so, behind a link shaped by `tc tbf` ([docs/testbed.md](testbed.md)). "
+        "Figures labelled **emulated** come from the in-code emulation: heterogeneity is "
+        "EMULATED, a slower worker throttled by a duty cycle (after each compute chunk it "
+        "sleeps (k - 1) times that chunk's CPU time), all workers, the scheduler and the "
+        "driver sharing the same cores. The 4,096-worker figures come from the simulator, "
+        "not from a cluster.",
         "",
         "**Regenerate:** `python -m benchmarks all` re-measures everything and rewrites "
         "`benchmarks/results.md`, the plots in `benchmarks/out/` and this page; "
@@ -632,12 +716,21 @@ def build(
             lines.append(f"- as the benchmarks print it: {machine}")
         lines.append("")
     if headline_state == "ok":
+        kinds = idle_clusters(data) if data else None
+        on = {
+            None: "on the clusters the `idle` section names",
+            (TESTBED, EMULATED): f"on the testbed (OS-enforced CPU quotas) and, right, "
+            f"emulated on {where}",
+            (TESTBED,): "on the testbed (OS-enforced CPU quotas)",
+        }.get(
+            None if kinds is None else tuple(kinds),
+            f"heterogeneity emulated on {where} (no testbed rows in this run)",
+        )
         lines += [
             f"![Fastest worker's idle time, equal vs proportional shares](performance/{HEADLINE})",
             "",
             "*Headline (drawn from the `idle` section's numbers): the fastest worker's idle "
-            "time per round with equal and with proportional shares, per speed mix; "
-            f"heterogeneity emulated on {where}.*",
+            f"time per round with equal and with proportional shares, per speed mix; {on}.*",
             "",
         ]
         if idle is not None:

@@ -319,3 +319,125 @@ def test_faults_table_ends_with_the_fits_that_missed_their_expectation():
         "expectations: 1 of 2 fits did not meet their expectation (1 faulted, 1 undisturbed): "
         "fit 2 kill-staging at shard 2 sending (did not complete, run_end failed)"
     )
+
+
+# -- the testbed leads the page (issue 15) ----------------------------------------------
+
+TESTBED_LABEL = "testbed (OS-enforced CPU quotas, CFS period 100 ms)"
+BOTH_ROWS = [
+    ("testbed", "4:2:1", (1.0, 0.5, 0.25), "equal", 0.569, 0.43, 9.48, 7.97),
+    ("testbed", "4:2:1", (1.0, 0.5, 0.25), "proportional", 0.091, 0.88, 6.62, 4.99),
+    ("emulated", "4:2:1", (1.0, 0.5, 0.25), "equal", 0.694, 0.45, 6.1, 5.23),
+    ("emulated", "4:2:1", (1.0, 0.5, 0.25), "proportional", 0.058, 0.85, 3.1, 2.59),
+]
+
+
+def both_idle_table(rows=BOTH_ROWS) -> str:
+    """The idle table as bench_idle prints it: the testbed's block, then the emulation's."""
+    lines = []
+    for kind in ("testbed", "emulated"):
+        lines.append(f"## {TESTBED_LABEL if kind == 'testbed' else 'emulated'}")
+        lines.append(f"{'cluster':>9s} {'speeds':>7s} {'cores':>18s} {'partition':>13s} ...")
+        for k, speeds, cores, part, idle, eff, fit, wall in rows:
+            if k == kind:
+                c = "/".join(f"{x:.3g}" for x in cores)
+                lines.append(
+                    f"{k:>9s} {speeds:>7s} {c:>18s} {part:>13s} {100 * idle:15.1f} "
+                    f"{eff:11.2f} {fit:11.2f} {wall:15.2f}"
+                )
+    return "\n".join(lines)
+
+
+def both_idle_json(rows=BOTH_ROWS) -> dict:
+    return {
+        "measured": f"{STAMP} UTC",
+        "machine": {"cores": 2},
+        "clusters": {"testbed": TESTBED_LABEL, "emulated": "emulated"},
+        "results": [
+            {
+                "cluster": k,
+                "speeds": s,
+                "cores": list(c),
+                "partition": p,
+                "fastest_idle": i,
+                "efficiency": e,
+                "fit_wall": f,
+                "wall": w,
+            }
+            for k, s, c, p, i, e, f, w in rows
+        ],
+    }
+
+
+@pytest.fixture
+def testbed_tree(tmp_path):
+    """results.md whose idle section has testbed and emulated rows, and their idle.json."""
+    results = tmp_path / "results.md"
+    results.write_text(
+        results_text().replace(idle_table(), both_idle_table())
+        + f"\n## comm (60 s, ok, {STAMP} UTC)\n\n```\n## {TESTBED_LABEL}, links 100 Mbit/s\n"
+        "   dense  ...\n```\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "idle.json").write_text(json.dumps(both_idle_json()))
+    return results, out, tmp_path / "docs" / "performance.md"
+
+
+def test_page_leads_with_the_testbeds_figures(testbed_tree):
+    results, out, page = testbed_tree
+    rep = report.build(results, out, page)
+    text = page.read_text()
+    assert "headline.png" in rep.copied
+    first = text.index("## On the testbed: the headline figures")
+    assert first < text.index("## How much faster?") < text.index("## Which part buys it?")
+    # The idle table and the communication table are in the testbed's part, testbed first.
+    assert first < text.index(both_idle_table()) < text.index("## How much faster?")
+    assert first < text.index("links 100 Mbit/s") < text.index("## How much faster?")
+    assert text.index(TESTBED_LABEL) < text.index("## emulated")
+    assert "on the testbed (OS-enforced CPU quotas) and, right, emulated" in text
+    assert "labelled **emulated**" in text
+
+
+def test_headline_checks_the_testbeds_rows_too(testbed_tree):
+    results, out, page = testbed_tree
+    rows = list(BOTH_ROWS)
+    rows[1] = rows[1][:4] + (0.2,) + rows[1][5:]  # the testbed's proportional idle
+    (out / "idle.json").write_text(json.dumps(both_idle_json(rows)))
+    rep = report.build(results, out, page)
+    assert "testbed 4:2:1 proportional" in rep.missing["headline.png"]
+
+
+def test_old_idle_tables_are_the_emulations():
+    """An idle table without a cluster column (older results) stands for the emulation."""
+    section = report.Section("idle", "idle (1 s, ok)", idle_table())
+    assert report._idle_mismatch(idle_json(), section) is None
+    assert report.idle_clusters(idle_json()) == ["emulated"]
+    assert report.idle_clusters(both_idle_json()) == ["testbed", "emulated"]
+
+
+def test_speed_mixes_become_quotas_that_fit_the_machine():
+    from benchmarks._common import cores_for
+
+    assert cores_for((4, 2, 1), budget=1.75) == (1.0, 0.5, 0.25)
+    assert cores_for((2, 1, 1), budget=1.75) == (0.875, 0.4375, 0.4375)
+    assert cores_for((8, 2, 1), budget=1.75) == (1.0, 0.25, 0.125)
+    assert sum(cores_for((1, 1, 1), budget=1.75)) <= 1.75
+
+
+def test_a_suite_variant_runs_its_module_with_its_arguments(tmp_path, monkeypatch):
+    import sys
+
+    from benchmarks import __main__ as suite
+
+    (tmp_path / "fake_bench.py").write_text(
+        "def main(argv=None):\n    print('fake ran with', argv)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(suite, "SUITE", {"fake-x": ("fake_bench", ("--cluster", "testbed"))})
+    monkeypatch.setattr(suite, "RESULTS", tmp_path / "results.md")
+    monkeypatch.setattr(suite.report, "main", lambda argv: 0)
+    assert suite.main(["fake-x"]) == 0
+    text = (tmp_path / "results.md").read_text()
+    assert "## fake-x (" in text and "fake ran with ['--cluster', 'testbed']" in text
+    sys.modules.pop("fake_bench", None)
