@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -142,21 +141,6 @@ def test_a_second_sigint_milliseconds_later_does_not_lose_run_end(tmp_path, gap_
 # ----------------------------------------------------------------------------------
 # A full disk under the run log
 # ----------------------------------------------------------------------------------
-@contextmanager
-def _small_tmpfs(path: Path, size: str):
-    """A real file system of ``size`` mounted at ``path`` (a disk that fills up)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        # A handle left open makes a plain umount fail (EBUSY); detach it then.
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(
@@ -201,9 +185,10 @@ def _wait_until_clean(cluster: LocalCluster, timeout: float) -> dict[str, dict]:
     return left
 
 
-def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, tmp_path):
+def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, disk):
+
     X, Y = _data()
-    with _small_tmpfs(tmp_path / "disk", "8k") as disk, Client(cluster) as client:
+    with Client(cluster) as client:
         log = disk / "fit.jsonl"
         trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4)
         with warnings.catch_warnings(record=True) as caught:

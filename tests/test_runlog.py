@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -159,46 +158,31 @@ def test_fsync_after_every_event(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
-@contextmanager
-def _small_tmpfs(path: Path, size: str):
-    """A real file system of ``size`` mounted at ``path`` (a disk that fills up)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        # A handle left open makes a plain umount fail (EBUSY); detach it then.
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(path)], check=True)
-
-
-def test_a_full_disk_stops_the_run_log_cleanly_with_one_warning(tmp_path):
+def test_a_full_disk_stops_the_run_log_cleanly_with_one_warning(disk):
     workers = {f"w{i}": dict(rows=100, steps=3, busy_s=1.0, comm_s=0.1) for i in range(4)}
-    with _small_tmpfs(tmp_path / "disk", "8k") as disk:
-        path = disk / "run.jsonl"
-        log = RunLogWriter(path, run_id="r1")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for i in range(200):  # ~50 fit in 8 KiB
-                log.round(i, 0, 1.0, 0.01, 0.5, None, workers)
-            size = path.stat().st_size
-            log.run_end("completed", 2.0)  # later writes are no-ops
-        assert log.closed and log.stopped
-        stopped = [str(w.message) for w in caught if "run log" in str(w.message)]
-        assert len(stopped) == 1, stopped
-        n = re.fullmatch(
-            rf"run log {re.escape(str(path))} stopped after (\d+) events: "
-            r"\[Errno 28\] No space left on device; training goes on",
-            stopped[0],
-        )
-        assert n, stopped[0]
-        data = path.read_bytes()
-        assert len(data) == size and data.endswith(b"\n")  # no torn last line
-        lines = data.splitlines()
-        assert len(lines) == int(n.group(1)) > 0
-        assert [json.loads(line)["round"] for line in lines] == list(range(len(lines)))
+
+    path = disk / "run.jsonl"
+    log = RunLogWriter(path, run_id="r1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(200):  # ~50 fit in 8 KiB
+            log.round(i, 0, 1.0, 0.01, 0.5, None, workers)
+        size = path.stat().st_size
+        log.run_end("completed", 2.0)  # later writes are no-ops
+    assert log.closed and log.stopped
+    stopped = [str(w.message) for w in caught if "run log" in str(w.message)]
+    assert len(stopped) == 1, stopped
+    n = re.fullmatch(
+        rf"run log {re.escape(str(path))} stopped after (\d+) events: "
+        r"\[Errno 28\] No space left on device; training goes on",
+        stopped[0],
+    )
+    assert n, stopped[0]
+    data = path.read_bytes()
+    assert len(data) == size and data.endswith(b"\n")  # no torn last line
+    lines = data.splitlines()
+    assert len(lines) == int(n.group(1)) > 0
+    assert [json.loads(line)["round"] for line in lines] == list(range(len(lines)))
 
 
 def test_a_run_log_under_a_regular_file_fails_with_one_line(tmp_path):

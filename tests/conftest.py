@@ -1,0 +1,25 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Path:
+    """A real 8 KiB file system (tmpfs) mounted for the test: a disk that fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+    path = tmp_path / "disk"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        # A handle left open makes a plain umount fail (EBUSY); detach it then.
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(path)], check=True)
