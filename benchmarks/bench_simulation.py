@@ -175,7 +175,7 @@ def real_runs(
     cores = TESTBED_CORES if kind == TESTBED else None
     with cluster(kind, SPEEDS, cores=cores, period_ms=period_ms) as (client, label, info):
         where = info.get("mapping") or info.get("emulation")
-        print(f"real runs on the {label}: {where}; {os.cpu_count()} cores")
+        print(f"real runs, {label}: {where}; {os.cpu_count()} cores")
         for part in ("proportional", "equal"):
             path = RUN_DIR / f"validation-{kind}-{part}.jsonl"
             path.unlink(missing_ok=True)  # the run log appends: start it afresh
@@ -692,7 +692,7 @@ def main(argv: list[str] | None = None) -> None:
     for label in labels:
         ok = [r["wall_ok"] and r["idle_ok"] for r in results if r["label"] == label]
         print(
-            f"validation on the {label}: {sum(ok)}/{len(ok)} runs with round time and idle "
+            f"validation, {label}: {sum(ok)}/{len(ok)} runs with round time and idle "
             "fractions within 15 % (rule above)"
         )
 
