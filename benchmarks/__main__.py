@@ -34,6 +34,7 @@ SUITE = {
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
+    "peers": "benchmarks.bench_peers",
 }
 RESULTS = Path(__file__).resolve().parent / "results.md"
 
