@@ -3,7 +3,8 @@
 The peers are never dependencies of the package: the benchmark installs them here, into
 ``$HMDSPT_PEERS_ENV`` (default ``~/.cache/hmdspt-peers``), once. Running it again checks
 the environment and does nothing if it is complete. Java comes from Debian
-(``default-jre-headless``) when no ``java`` is on the path.
+(``default-jre-headless``) when no ``java`` is on the path, and so does the native BLAS
+Spark's MLlib uses (``libopenblas0-pthread``) when the system has no ``libblas.so.3``.
 
 Run: ``python -m benchmarks.peers.install``.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 TORCH = "torch==2.13.0"
 PACKAGES = (TORCH, "numpy", "pyspark")
+NATIVE_BLAS = "libopenblas0-pthread"  # Debian's; provides libblas.so.3
 ENV_DIR = Path(os.environ.get("HMDSPT_PEERS_ENV", Path.home() / ".cache" / "hmdspt-peers"))
 INSTALL_TIMEOUT_S = 1800.0
 # Prints the versions, and fails if the torch build is not the CPU one.
@@ -59,22 +61,42 @@ def installed_versions(env_dir: Path = ENV_DIR) -> dict[str, str] | None:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _apt_install(package: str, echo=print) -> None:
+    echo(f"apt-get install -y {package}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for argv in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", package],
+    ):
+        subprocess.run(argv, check=True, env=env, timeout=INSTALL_TIMEOUT_S)
+
+
 def ensure_java(echo=print) -> str:
     """Path of ``java``, installing Debian's ``default-jre-headless`` if there is none."""
     java = shutil.which("java")
     if java:
         return java
-    echo("no java on the path: apt-get install -y default-jre-headless")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", "default-jre-headless"],
-    ):
-        subprocess.run(argv, check=True, env=env, timeout=INSTALL_TIMEOUT_S)
+    _apt_install("default-jre-headless", echo)
     java = shutil.which("java")
     if not java:
         raise RuntimeError("default-jre-headless installed but no java on the path")
     return java
+
+
+def has_native_blas() -> bool:
+    """Whether the dynamic linker knows a ``libblas.so.3`` (Spark's native BLAS)."""
+    done = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=60)
+    return "libblas.so.3 " in done.stdout
+
+
+def ensure_native_blas(echo=print) -> None:
+    """Debian's OpenBLAS as the system ``libblas.so.3``, which Spark's MLlib loads.
+
+    Without one, MLlib falls back to BLAS written in Java; Spark's MLlib guide asks for
+    a native one.
+    """
+    if not has_native_blas():
+        _apt_install(NATIVE_BLAS, echo)
 
 
 def ensure_env(env_dir: Path = ENV_DIR, echo=print) -> dict[str, str]:
@@ -110,6 +132,8 @@ def ensure_env(env_dir: Path = ENV_DIR, echo=print) -> dict[str, str]:
 
 def main() -> int:
     print(f"java: {ensure_java()}")
+    ensure_native_blas()
+    print(f"native BLAS for Spark: {has_native_blas()}")
     print(f"peers' venv {ENV_DIR}: {ensure_env()}")
     return 0
 

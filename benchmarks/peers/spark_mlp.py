@@ -166,6 +166,9 @@ def main() -> int:
         "partitions": args.partitions,
         "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1,
         "spark": spark.version,
+        "blas": spark.sparkContext._jvm.dev.ludovic.netlib.blas.BLAS.getInstance()
+        .getClass()
+        .getSimpleName(),
         "solvers": solvers,
     }
     spark.stop()
