@@ -162,8 +162,11 @@ def _accuracy(row: Row) -> str:
     return f"{row.final_accuracy:.4f} ({low:.4f}-{high:.4f})"
 
 
-def format_table(rows: Sequence[Row], target: float) -> str:
-    """The issue's table: medians of fit wall, seconds to target and final accuracy."""
+def format_table(rows: Sequence[Row], target: float, notes: Sequence[str] = ()) -> str:
+    """The issue's table: medians of fit wall, seconds to target and final accuracy.
+
+    ``notes`` are printed under it, one line each.
+    """
     lines = [
         "| system | configuration | runs | fit wall s | s to target | final accuracy "
         "| start-up s |",
@@ -182,6 +185,7 @@ def format_table(rows: Sequence[Row], target: float) -> str:
             f"| {_accuracy(row)} | {_seconds(row.startup_s)} |"
         )
     lines.append(f"target accuracy {target:.4f}; medians over the runs")
+    lines += notes
     return "\n".join(lines)
 
 
@@ -445,7 +449,7 @@ def run_hmdspt(
     )
     return PeerRun(
         f"HMDSPT {partition}",
-        f"{len(tb.slots)} groups ({_cores(tb)} core)",
+        f"{len(tb.slots)} groups ({_cores(tb)} core), {clf.rounds_per_epoch} rounds per epoch",
         result,
         group_cpu_s=cpu,
         note=note,
@@ -461,6 +465,8 @@ def run_ddp(
     tag = f"ddp-{batch_per_rank}-{time.monotonic_ns()}"
     out, log = work / f"{tag}.json", work / f"{tag}.log"
     port = _free_port()
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
     before = _group_cpu(tb)
     procs = []
     launched = time.time()
@@ -472,6 +478,7 @@ def run_ddp(
                 "MASTER_ADDR": tb.slots[0].host,
                 "MASTER_PORT": str(port),
                 "GLOO_SOCKET_IFNAME": slot.netns_link or "lo",
+                "TMPDIR": str(tmp),  # torch's caches, if any, are removed with ``work``
             }
             procs.append(
                 tb.popen(
@@ -516,19 +523,27 @@ class SparkCluster:
 
     The workers run through :meth:`Testbed.popen`, so they and the executors they fork
     live in the slots' groups (:meth:`executor_groups` checks). Ports are free ones on
-    the testbed's addresses; the REST server is off; logs and work directories are under
-    ``work`` and removed with it.
+    the testbed's addresses; the REST server is off; logs, work directories and every
+    JVM's temporary files are under ``work`` and removed with it.
     """
 
     def __init__(self, tb: Testbed, spark_home: Path, java: str, work: Path) -> None:
         self.tb = tb
         self.work = work
         self.spark_class = str(spark_home / "bin" / "spark-class")
+        tmp = work / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        #: Every JVM's temporary files under ``work`` (none in /tmp), and no perf-data files.
+        self.java_options = f"-Djava.io.tmpdir={tmp} -XX:-UsePerfData"
         self.env = {
             "SPARK_HOME": str(spark_home),
             "JAVA_HOME": str(Path(os.path.realpath(java)).parents[1]),
             "SPARK_CONF_DIR": str(work / "conf"),
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_DAEMON_JAVA_OPTS": self.java_options,
+            "SPARK_LAUNCHER_OPTS": self.java_options,  # spark-class's own command builder
+            "SPARK_LOCAL_DIRS": str(tmp),
+            "TMPDIR": str(tmp),
         }
         self.master_url = ""
         self.master: subprocess.Popen | None = None
@@ -674,7 +689,7 @@ def run_spark(
             + ["--lbfgs-iters", ",".join(map(str, plan.lbfgs_iters))]
             + ["--gd-iters", ",".join(map(str, plan.gd_iters)), "--gd-step", str(plan.gd_step)]
             + ["--budget-s", str(plan.budget_s), "--partitions", str(partitions)]
-            + ["--executors", str(len(tb.slots))],
+            + ["--executors", str(len(tb.slots)), f"--java-options={cluster.java_options}"],
             env={**cluster.env_for(tb.driver_host), "PYSPARK_PYTHON": str(python)},
             cwd=work,
             stdout=stream,
@@ -776,7 +791,7 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _measure_lines(spark_note: str) -> list[str]:
+def _measure_lines() -> list[str]:
     return [
         "how the times are measured (the user's clock; held-out scoring left out of "
         "'s to target' where it can be measured):",
@@ -795,7 +810,7 @@ def _measure_lines(spark_note: str) -> list[str]:
         "s to target = start-up + the fit of the smallest maxIter that reached the target; "
         "fit wall and final accuracy at the largest maxIter; scoring is separate and left "
         "out; Spark's MLP has sigmoid hidden layers and no other; native BLAS "
-        "(Debian's OpenBLAS) as Spark's MLlib guide advises; " + spark_note,
+        "(Debian's OpenBLAS), as Spark's MLlib guide advises",
     ]
 
 
@@ -927,10 +942,10 @@ def report(runs: Sequence[PeerRun], target: float, slot_names: Sequence[str], no
     runs = ordered(runs)
     rows = summarize_runs(runs, target)
     parts = [
-        format_table(rows, target),
+        format_table(rows, target, [f"Spark: {note}"] if note else []),
         "\n".join(ratio_lines(rows)),
         "\n".join(run_lines(runs, target, slot_names)),
-        "\n".join(_measure_lines(note)),
+        "\n".join(_measure_lines()),
     ]
     return "\n\n".join(parts)
 

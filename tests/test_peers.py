@@ -210,10 +210,9 @@ def test_peers_venv_that_does_not_exist_is_not_complete(tmp_path):
     assert install.installed_versions(tmp_path / "nothing") is None
 
 
-@pytest.mark.skipif(
-    install.installed_versions() is None, reason="peers' venv not installed (benchmarks.peers)"
-)
 def test_ddp_rank_script_trains_and_writes_its_stamps(tmp_path):
+    if not install.venv_python().exists() or install.installed_versions() is None:
+        pytest.skip("the peers' venv is not installed (python -m benchmarks.peers.install)")
     data = bp.prepare_data(tmp_path, train_rows=2_000)
     out = tmp_path / "rank0.json"
     env = dict(
@@ -246,3 +245,21 @@ def test_bench_is_registered_in_the_suite():
 
     assert SUITE["peers"] == "benchmarks.bench_peers"
     assert sys.modules["benchmarks.bench_peers"].main is bp.main
+
+
+def test_report_puts_the_spark_run_count_under_the_table_and_orders_the_systems():
+    runs = [
+        _run("Spark MLlib MLP", "l-bfgs", 40.0, [(40.0, 0.4)], 0.4, startup=30.0),
+        _run("HMDSPT proportional", "3 groups", 8.0, [(6.0, 0.96)]),
+        _run("scikit-learn MLPClassifier", "one process", 6.0, [(4.0, 0.96)]),
+    ]
+    text = bp.report(runs, 0.95, ["tb0", "tb1", "tb2"], "1 run(s) per solver (3 would take")
+    table = text.split("\n\n")[0].splitlines()
+    assert [line.split(" | ")[0] for line in table[2:5]] == [
+        "| scikit-learn MLPClassifier",
+        "| HMDSPT proportional",
+        "| Spark MLlib MLP",
+    ]
+    assert table[-1] == "Spark: 1 run(s) per solver (3 would take"
+    assert "ratios HMDSPT proportional / each system" in text
+    assert "how the times are measured" in text

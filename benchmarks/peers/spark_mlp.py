@@ -45,6 +45,8 @@ def session(args: argparse.Namespace) -> SparkSession:
         .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
         .config("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
         .config("spark.executorEnv.OMP_NUM_THREADS", "1")
+        .config("spark.driver.extraJavaOptions", args.java_options)
+        .config("spark.executor.extraJavaOptions", args.java_options)
     )
     return builder.getOrCreate()
 
@@ -118,6 +120,7 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--executor-memory", default="1g")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--java-options", default="", help="for the driver's and executors' JVMs")
     args = parser.parse_args()
 
     def echo(message: str) -> None:
