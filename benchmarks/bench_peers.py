@@ -33,13 +33,11 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -867,8 +865,12 @@ def _run_hmdspt(tb: Testbed, data: DataFiles, settings: Settings, work: Path):
     return runs
 
 
-def measure(settings: Settings, work: Path) -> tuple[list[PeerRun], float, list[str], str]:
-    """Every system on one testbed; returns the runs, the target, slot names, Spark's note."""
+def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
+    """Every system on one testbed; returns the runs, the target, slot names, Spark's note.
+
+    Every file of the run (data, logs, the peers' temporary files) lives in the
+    testbed's temporary directory, which its teardown removes however the run ends.
+    """
     python = None
     if settings.systems & {"ddp", "spark"}:
         from .peers.install import ensure_env, venv_python
@@ -877,20 +879,22 @@ def measure(settings: Settings, work: Path) -> tuple[list[PeerRun], float, list[
         python = venv_python()
         listed = ", ".join(f"{k} {v}" for k, v in versions.items())
         print(f"peers' venv: {python.parents[1]} ({listed})")
-    data = prepare_data(work / "data", settings.train_rows)
-    print(
-        f"data: embedded default (pipeline.cli), standardized; {data.n_train} train / "
-        f"{data.n_test} test rows, {data.n_features} features, {data.n_classes} classes; "
-        f"the curves score {data.n_curve} held-out rows, final accuracies all test rows"
-    )
-    print(
-        f"model: MLP {HIDDEN}, relu, softmax output; Adam lr {LEARNING_RATE:g}; batch "
-        f"{BATCH}; {settings.epochs} epochs; {settings.runs} runs per system"
-    )
     runs: list[PeerRun] = []
     spark_note = ""
     target = 0.0
     with Testbed(settings.cores, link_mbit=settings.link_mbit) as tb:
+        work = tb.tmpdir / "peers"
+        work.mkdir()
+        data = prepare_data(work / "data", settings.train_rows)
+        print(
+            f"data: embedded default (pipeline.cli), standardized; {data.n_train} train / "
+            f"{data.n_test} test rows, {data.n_features} features, {data.n_classes} classes; "
+            f"the curves score {data.n_curve} held-out rows, final accuracies all test rows"
+        )
+        print(
+            f"model: MLP {HIDDEN}, relu, softmax output; Adam lr {LEARNING_RATE:g}; batch "
+            f"{BATCH}; {settings.epochs} epochs; {settings.runs} runs per system"
+        )
         links = "loopback, unshaped"
         if settings.link_mbit is not None:
             links = f"tbf {settings.link_mbit:g} Mbit/s each way"
@@ -1005,11 +1009,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     header("peers")
     print(_load())
-    work = Path(tempfile.mkdtemp(prefix="hmdspt-peers-"))
-    try:
-        runs, target, slot_names, note = measure(settings, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    runs, target, slot_names, note = measure(settings)
     print()
     print(report(runs, target, slot_names, note))
     print(_load())

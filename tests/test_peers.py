@@ -222,6 +222,7 @@ def test_ddp_rank_script_trains_and_writes_its_stamps(tmp_path):
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(bp._free_port()),
         GLOO_SOCKET_IFNAME="lo",
+        TMPDIR=str(tmp_path),  # torch's caches stay in the test's directory
     )
     subprocess.run(
         [str(install.venv_python()), str(bp.DDP_SCRIPT), "--data", str(data.npz)]
