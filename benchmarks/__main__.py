@@ -41,6 +41,7 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
     "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root
+    "peers": "benchmarks.bench_peers",  # on the testbed; needs root
 }
 RESULTS = Path(__file__).resolve().parent / "results.md"
 

@@ -1,0 +1,1 @@
+"""The peer systems of ``bench_peers``: their scripts and their own environment."""
