@@ -245,6 +245,26 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
         "in-code emulation. Times are the user's: from the `fit()` call, staging and the "
         "speed probe included.",
         (
+            Part(
+                "peers",
+                "Against the peers: PyTorch DDP, Spark MLlib, scikit-learn, one process",
+                "The embedded default data set (160,000 training rows, 40 features, 10 "
+                "classes), MLP (128, 64), Adam, 8 epochs, on the testbed's three groups "
+                "(quotas 1 / 0.5 / 0.25 core): `BPNNClassifier` and scikit-learn in one "
+                "process in the 1-core group, HMDSPT with proportional and with equal shares, "
+                "PyTorch DDP (gloo, `DistributedSampler`) at a global batch of about 256 and "
+                "at 256 per rank, and Spark MLlib's multilayer perceptron with both solvers on "
+                "a standalone cluster whose workers run in the groups. Target: scikit-learn's "
+                "final test accuracy minus 1 point; times from each system's own start "
+                "command or call, medians of the runs shown.",
+            ),
+            Part(
+                "testbed",
+                "The testbed's own check and ceiling",
+                "The quotas checked by the kernel's own CPU accounting, and the ceiling: each "
+                "group's speed running the same training loop alone and all together, the "
+                "groups combined against the fastest alone.",
+            ),
             IDLE_PART,
             Part(
                 "training-testbed",
