@@ -2,11 +2,11 @@
 
 Layering (imports point down only):
 
-- core, pure numpy: :mod:`pipeline.nn`, :mod:`pipeline.merge`, :mod:`pipeline.partition`,
-  :mod:`pipeline.scoring` (estimators), :mod:`pipeline.runlog`;
-- orchestration, Dask: :mod:`pipeline.cluster`, :mod:`pipeline.staging`,
-  :mod:`pipeline.worker_tasks`, :mod:`pipeline.trainer`;
-- faces: :mod:`pipeline.estimator`, :mod:`pipeline.cli`.
+- core, pure numpy: :mod:`hmdspt.core.nn`, :mod:`hmdspt.core.merge`, :mod:`hmdspt.core.partition`,
+  :mod:`hmdspt.core.speed` (estimators), :mod:`hmdspt.core.runlog`;
+- orchestration, Dask: :mod:`hmdspt.parallel.cluster`, :mod:`hmdspt.parallel.shards`,
+  :mod:`hmdspt.parallel.worker`, :mod:`hmdspt.parallel.trainer`;
+- faces: :mod:`hmdspt.estimator`, :mod:`hmdspt.cli`.
 """
 
 __version__ = "0.1.0"

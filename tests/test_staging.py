@@ -15,8 +15,8 @@ from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import staging
-from pipeline.staging import (
+from hmdspt.parallel import shards as staging
+from hmdspt.parallel.shards import (
     Shard,
     StagedData,
     equal_counts,
@@ -557,7 +557,7 @@ def test_shards_arrive_aligned_on_workers():
     re-aligned: numpy's gather on misaligned float32 data was measured ~260x slower."""
     import pickle
 
-    from pipeline.staging import Shard
+    from hmdspt.parallel.shards import Shard
 
     shard = Shard(
         X=np.random.default_rng(0).random((100, 40), dtype=np.float32),

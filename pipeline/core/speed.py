@@ -4,7 +4,7 @@ Two parts:
 
 - :class:`OnlineScorer`, pure Python: an exponentially weighted estimate of each worker's
   speed, updated after every round from the rows it processed and the seconds it was busy.
-  Importing it does not import Dask (``pipeline.scoring`` belongs to the core layer).
+  Importing it does not import Dask (``hmdspt.core.speed`` belongs to the core layer).
 - :func:`score_workers` / :func:`probe_workers`: the initial probe, run on the Dask
   workers; ``distributed`` is imported inside them.
 
@@ -288,7 +288,7 @@ class ProbeResult:
     speeds : dict of str to float
         Samples per second by worker address (the scores).
     details : dict of str to dict
-        :func:`pipeline.worker_tasks.probe_task`'s result by worker address: ``rows``,
+        :func:`hmdspt.parallel.worker.probe_task`'s result by worker address: ``rows``,
         ``steps``, ``busy_s``, ``speed`` and, for the adaptive probe, ``chunks``,
         ``dropped``, ``rel_se``, ``stop``, ``mean_speed``, ``trimmed_speed`` and
         ``median_speed``.
@@ -349,7 +349,7 @@ def probe_workers(
 ) -> ProbeResult:
     """Probe every worker at once with real training steps; speeds and probe details.
 
-    Submits :func:`pipeline.worker_tasks.probe_task` to every worker simultaneously, pinned
+    Submits :func:`hmdspt.parallel.worker.probe_task` to every worker simultaneously, pinned
     (``workers=[address], allow_other_workers=False``): run together, the workers share the
     machine(s) as they will in training, so the scores include that contention.
 
@@ -380,14 +380,14 @@ def probe_workers(
         Fraction of an epoch's rows the probes may use together (with ``n_rows_total``).
     estimator : {"trimmed", "median"}, default="trimmed"
         Adaptive probe: how a worker's timed chunks make one speed (see Notes and
-        :func:`pipeline.worker_tasks.chunk_speed`).
+        :func:`hmdspt.parallel.worker.chunk_speed`).
     X, Y : array-like, optional
         Sample rows of the real data and their encoded targets (broadcast once to every
         worker); synthetic rows of the same shape if None.
     seed : int, default=0
         Seed of the probe's model, row order and synthetic rows.
     hidden_activation, out_activation : str
-        As in :class:`pipeline.nn.MLP`.
+        As in :class:`hmdspt.core.nn.MLP`.
     workers : iterable of str, optional
         Addresses to probe; all current workers by default.
     timeout : float, optional
@@ -431,8 +431,8 @@ def probe_workers(
     """
     from distributed import wait
 
-    from pipeline.staging import scheduler_workers
-    from pipeline.worker_tasks import probe_task
+    from hmdspt.parallel.shards import scheduler_workers
+    from hmdspt.parallel.worker import probe_task
 
     addresses = list(workers) if workers is not None else sorted(scheduler_workers(client))
     if not addresses:
@@ -510,7 +510,7 @@ def score_workers(
     """Probe every worker at once with real training steps; samples per second of each.
 
     :func:`probe_workers` without the details. The probe's duration is logged (logger
-    ``pipeline.scoring``, level INFO).
+    ``hmdspt.core.speed``, level INFO).
 
     Parameters
     ----------

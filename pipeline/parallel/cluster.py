@@ -2,7 +2,7 @@
 
 :func:`local_cluster` starts a real ``distributed.LocalCluster`` with one worker process
 per requested speed; each worker emulates its relative speed with a duty-cycle throttle
-(:class:`pipeline.worker_tasks.SlowdownPlugin`). Workers are named neutrally
+(:class:`hmdspt.parallel.worker.SlowdownPlugin`). Workers are named neutrally
 (``worker-0``, ``worker-1``, ...): the scorer must measure speeds, never read them. The
 emulation is recorded in the cluster's ``emulation`` attribute and shown in its repr, so
 that every result computed on it can be labelled as emulated.
@@ -24,7 +24,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
-from pipeline.worker_tasks import SlowdownPlugin
+from hmdspt.parallel.worker import SlowdownPlugin
 
 __all__ = ["Emulation", "EmulatedLocalCluster", "connect", "local_cluster"]
 
@@ -122,7 +122,7 @@ def local_cluster(
     memory_limit : str, float or None, default="auto"
         Per worker; "auto" shares the machine's memory equally among the workers.
     blas_threads : int or None, default=1
-        BLAS threads per worker process (see :class:`~pipeline.worker_tasks.SlowdownPlugin`).
+        BLAS threads per worker process (see :class:`~hmdspt.parallel.worker.SlowdownPlugin`).
     timeout : float, default=60.0
         Seconds to wait for all workers to start.
     **kwargs
@@ -239,9 +239,9 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
     )
 
 
-# Worker pools on batch systems (SLURM, PBS, SGE, LSF) live in pipeline.pools; re-exported
+# Worker pools on batch systems (SLURM, PBS, SGE, LSF) live in hmdspt.parallel.pools; re-exported
 # here so that everything that gets a cluster is found in one module.
-from pipeline.pools import (  # noqa: E402
+from hmdspt.parallel.pools import (  # noqa: E402
     PooledJobCluster,
     PoolSpec,
     load_cluster_config,

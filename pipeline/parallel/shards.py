@@ -5,7 +5,7 @@ memory (a :class:`Shard`), held by the driver as a Dask future pinned to that wo
 The shard stays there between rounds: a round's task receives the future and finds the
 rows already in the worker's memory, nothing is re-read or re-sent.
 
-:func:`rebalance` carries out a move plan (see :mod:`pipeline.partition`) worker to
+:func:`rebalance` carries out a move plan (see :mod:`hmdspt.core.partition`) worker to
 worker: the sender cuts the moving rows off its shard, the receiver concatenates them
 onto its own, and Dask ships the slice between the two workers; the rows never reach
 the driver.
@@ -875,7 +875,7 @@ def stage(
     key_name : callable, optional
         ``key_name(worker) -> key`` names the key of each shard scattered from memory
         (default: one Dask makes up). The trainer names them after its run
-        (:func:`pipeline.worker_tasks.run_key`), so that a worker frees what an
+        (:func:`hmdspt.parallel.worker.run_key`), so that a worker frees what an
         interrupted scatter of an ended run left behind.
 
     Returns
@@ -1276,7 +1276,7 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
         returned object from now on.
     moves : iterable of move
         Objects with attributes ``source`` and ``destination`` (worker addresses) and
-        ``rows`` (int), e.g. :class:`pipeline.partition.Move`, carried out in order. A
+        ``rows`` (int), e.g. :class:`hmdspt.core.partition.Move`, carried out in order. A
         destination may be a worker of the cluster that holds nothing yet.
 
     Returns

@@ -35,8 +35,8 @@ from distributed import WorkerPlugin, get_worker
 from distributed.utils import sync
 from distributed.worker_state_machine import FreeKeysEvent
 
-from pipeline.merge import ErrorFeedback, compress
-from pipeline.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
+from hmdspt.core.merge import ErrorFeedback, compress
+from hmdspt.core.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
@@ -101,7 +101,7 @@ class SlowdownPlugin(WorkerPlugin):
     Notes
     -----
     Give each worker its own instance (``plugins={SlowdownPlugin(k)}`` in the worker's
-    options, as :func:`pipeline.cluster.local_cluster` does), or register one instance with
+    options, as :func:`hmdspt.parallel.cluster.local_cluster` does), or register one instance with
     ``Client.register_plugin`` to slow down every worker alike.
     """
 
@@ -352,10 +352,10 @@ def probe_task(
 ) -> dict[str, Any]:
     """Measure this worker's training speed with real Adam steps of the real model shape.
 
-    Trains the model shape with :func:`pipeline.nn.minibatch_pass` (the round's own loop,
+    Trains the model shape with :func:`hmdspt.core.nn.minibatch_pass` (the round's own loop,
     row gather included) in chunks of ``chunk_batches`` mini-batches, each under
     :func:`throttled` as in a training round, and times every chunk in wall seconds. Submit
-    it to every worker at once (see :func:`pipeline.scoring.score_workers`): run
+    it to every worker at once (see :func:`hmdspt.core.speed.score_workers`): run
     concurrently, the workers contend for the machine as they will in training.
 
     Two modes:
@@ -387,7 +387,7 @@ def probe_task(
     n_rows : int, default=4096
         Synthetic rows to cycle through when ``X`` is None.
     hidden_activation, out_activation : str
-        As in :class:`pipeline.nn.MLP`.
+        As in :class:`hmdspt.core.nn.MLP`.
     chunk_batches : int, default=16
         Mini-batches per throttled chunk: the training round's default
         (:class:`RoundSpec`), so that the emulated duty cycle, and the contention it
@@ -473,7 +473,7 @@ def probe_task(
         raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
     # Arrays that arrive through Dask's comms can be misaligned (measured: float32 rows at
     # an odd address), and the row gather on them ran the probe 2.4x slower than training
-    # on staged shards, which are copied to aligned memory (see ``pipeline.staging.Shard``).
+    # on staged shards, which are copied to aligned memory (see ``hmdspt.parallel.shards.Shard``).
     X = X if X.flags.aligned else X.copy()
     Y = Y if Y.flags.aligned else Y.copy()
 
@@ -680,7 +680,7 @@ def forget_speeds(dask_worker: Worker) -> int:
 # local optimizer (its moments), the error-feedback residual and the chunk size. It lives
 # on the worker's RunStatePlugin, keyed by run id, and goes when the run ends: at the
 # trainer's clean-up (drop_run_state), or when the scheduler sees the run's driver
-# disconnect (pipeline.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
+# disconnect (hmdspt.parallel.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
 # dies leaves nothing behind. Data of a run (the broadcast w_t) is scattered under keys
 # named by run_key, so that the worker can drop a run's keys too, including those of a
 # scatter interrupted before the scheduler learnt of them, which nothing else would free.
@@ -728,7 +728,7 @@ class RunStatePlugin(WorkerPlugin):
     broadcast) is freed as it lands. Freeing goes through the worker's state machine, so
     the worker tells the scheduler, which forgets the key if it knew it.
 
-    Registered idempotently by every fit (:func:`pipeline.lifecycle.open_run`); the
+    Registered idempotently by every fit (:func:`hmdspt.parallel.lifecycle.open_run`); the
     remembered speeds and slowdowns are not per run and stay module state.
     """
 
@@ -873,9 +873,9 @@ class RoundSpec:
     run_id : str
         Key of the per-run state on the worker.
     layer_sizes, hidden_activation, out_activation, alpha, dtype
-        The model (see :class:`pipeline.nn.MLP`).
+        The model (see :class:`hmdspt.core.nn.MLP`).
     optimizer : dict
-        Keyword arguments of :func:`pipeline.nn.make_optimizer` (with ``solver``).
+        Keyword arguments of :func:`hmdspt.core.nn.make_optimizer` (with ``solver``).
     batch_size : int
         Local mini-batch size.
     mode : {"delta", "gradient"}
@@ -965,7 +965,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
 
     Parameters
     ----------
-    shard : pipeline.staging.Shard
+    shard : hmdspt.parallel.shards.Shard
         The worker's rows (held in its memory between rounds); ``shard.y`` holds the
         encoded targets. Its ``done`` mask records the rows already processed this epoch
         and travels with the rows when they move.
