@@ -376,7 +376,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from hmdspt.core.partition import apportion
-    from hmdspt.core.speed import score_workers
+    from hmdspt.parallel.scoring import score_workers
     from hmdspt.parallel.shards import scheduler_workers
 
     n_features = 40 if args.features is None else args.features

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
-from hmdspt.core.speed import OnlineScorer, ProbeResult, probe_workers, score_workers
+from hmdspt.core.speed import OnlineScorer, ProbeResult
 from hmdspt.parallel import worker
+from hmdspt.parallel.scoring import probe_workers, score_workers
 from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.worker import chunk_speed, probe_task
 

@@ -24,9 +24,9 @@ import pytest
 from distributed import Client
 
 from hmdspt.core.runlog import read_events, summarize
-from hmdspt.core.speed import score_workers
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.pools import PoolSpec, start_pools
+from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.trainer import TrainingError
 

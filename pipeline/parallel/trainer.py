@@ -45,9 +45,10 @@ from hmdspt.core.checkpoint import (
 )
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
-from hmdspt.core.speed import OnlineScorer, WorkerEstimate, score_workers
+from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.lifecycle import close_run, deferred_interrupts, open_run
+from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.worker import RoundSpec, remembered_speed, round_task, run_key, speed_key
 
 SYNC_MODES = ("hmdspt", "local", "bsp")
@@ -102,7 +103,7 @@ class TrainerConfig:
         Most ramp rounds (each costs one synchronisation).
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
-        (capped by the data set's size, see :func:`hmdspt.core.speed.score_workers`); a
+        (capped by the data set's size, see :func:`hmdspt.parallel.scoring.score_workers`); a
         number: a fixed probe of that many seconds.
     reuse_speeds_s : float
         ``partition="proportional"``: when every worker remembers its speed from a fit

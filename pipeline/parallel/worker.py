@@ -355,7 +355,7 @@ def probe_task(
     Trains the model shape with :func:`hmdspt.core.nn.minibatch_pass` (the round's own loop,
     row gather included) in chunks of ``chunk_batches`` mini-batches, each under
     :func:`throttled` as in a training round, and times every chunk in wall seconds. Submit
-    it to every worker at once (see :func:`hmdspt.core.speed.score_workers`): run
+    it to every worker at once (see :func:`hmdspt.parallel.scoring.score_workers`): run
     concurrently, the workers contend for the machine as they will in training.
 
     Two modes:
