@@ -14,7 +14,8 @@ Targeted faults, ``--targeted`` times each variant (default once):
 
 - ``kill-staging``: a worker is SIGKILLed while the rows are first staged, either the one
   that received the first shard (as the second is sent) or the one about to receive the
-  second (the benchmark wraps ``hmdspt.parallel.shards.scatter_to`` in the driver to time it);
+  second (the benchmark wraps the ``scatter_to`` that ``hmdspt.parallel.shards.stage`` calls,
+  in the driver, to time it);
 - ``kill-last-round``: a worker is SIGKILLed during an epoch's last round (the round whose
   ``RoundSpec.rounds_left`` is 1), once its round task is processing; in epoch 2 and in
   the fit's last epoch;
@@ -453,7 +454,7 @@ def _name_of(cluster, address: str) -> str | None:
 
 
 def _gone_from_scheduler(client, address: str, seconds: float) -> None:
-    from hmdspt.parallel.shards import scheduler_workers
+    from hmdspt.parallel.client import scheduler_workers
 
     deadline = time.monotonic() + seconds
     while address in scheduler_workers(client) and time.monotonic() < deadline:

@@ -57,9 +57,9 @@ from benchmarks._common import (  # noqa: E402
     own_cpu_seconds,
 )
 from hmdspt.core.runlog import read_events  # noqa: E402
+from hmdspt.parallel.client import scheduler_workers  # noqa: E402
 from hmdspt.parallel.cluster import local_cluster  # noqa: E402
 from hmdspt.parallel.scoring import probe_workers  # noqa: E402
-from hmdspt.parallel.shards import scheduler_workers  # noqa: E402
 
 BATCH = 256
 

@@ -110,7 +110,7 @@ def start_cluster():
 
 def shares(client, n_rows: int) -> dict[str, int]:
     """Rows per worker address in proportion 4:2:1 (workers ordered by name)."""
-    from hmdspt.parallel.shards import scheduler_workers
+    from hmdspt.parallel.client import scheduler_workers
 
     info = scheduler_workers(client)
     addrs = sorted(info, key=lambda a: str(info[a]["name"]))
@@ -129,7 +129,8 @@ def run_case(case: str, data: Path, parquet_dir: Path) -> dict:
     import numpy as np
     from distributed import Client
 
-    from hmdspt.parallel.shards import scheduler_workers, stage
+    from hmdspt.parallel.client import scheduler_workers
+    from hmdspt.parallel.shards import stage
 
     cluster, helper = start_cluster()
     with cluster, Client(cluster) as client:
@@ -187,7 +188,7 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.data, args.parquet_dir)))
         return
 
-    from hmdspt.parallel.shards import _npz_meta
+    from hmdspt.parallel.readers import _npz_meta
 
     # Header-only read: this orchestrating process never loads the arrays either.
     meta = _npz_meta(str(args.data), "X_train", "y5_train")

@@ -376,8 +376,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from hmdspt.core.partition import apportion
+    from hmdspt.parallel.client import scheduler_workers
     from hmdspt.parallel.scoring import score_workers
-    from hmdspt.parallel.shards import scheduler_workers
 
     n_features = 40 if args.features is None else args.features
     layers = (n_features, *args.hidden, args.classes)

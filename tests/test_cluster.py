@@ -11,8 +11,8 @@ import pytest
 from distributed import Client
 from threadpoolctl import threadpool_info
 
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
-from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.worker import (
     ThrottleRecord,
     current_slowdown,

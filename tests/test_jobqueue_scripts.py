@@ -19,6 +19,7 @@ import dask
 import dask_jobqueue  # noqa: F401
 import pytest
 
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.pools import (
     ClusterConfigError,
     PoolSpec,
@@ -32,7 +33,6 @@ from hmdspt.parallel.pools import (
     pool_of,
     start_pools,
 )
-from hmdspt.parallel.shards import scheduler_workers
 
 POOLS = [
     PoolSpec("small", count=3, cores=1, memory="2GiB", processes=1, queue="short",

@@ -18,8 +18,8 @@ from sklearn.datasets import make_classification
 
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
-from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from hmdspt.parallel.worker import get_slowdowns, set_slowdown
 

@@ -14,8 +14,8 @@ import pytest
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
 from hmdspt.core.speed import OnlineScorer, ProbeResult
 from hmdspt.parallel import worker
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.scoring import probe_workers, score_workers
-from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.worker import chunk_speed, probe_task
 
 LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape

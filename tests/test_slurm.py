@@ -25,9 +25,9 @@ from distributed import Client
 
 from hmdspt.core.runlog import read_events, summarize
 from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.pools import PoolSpec, start_pools
 from hmdspt.parallel.scoring import score_workers
-from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.trainer import TrainingError
 
 # Short fits on purpose: max_iter is reached long before convergence.

@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
 from hmdspt.estimator import BPNNClassifier
-from hmdspt.parallel import shards
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
@@ -252,7 +252,7 @@ def _pause(cluster, trainer, worker):
     """The worker stays in the cluster but runs nothing, as when it is over its memory."""
     (held,) = [w for w in cluster.workers.values() if w.address == worker]
     held.memory_manager.memory_pause_fraction = 1e-6
-    while shards.scheduler_workers(trainer.client)[worker]["status"] != "paused":
+    while scheduler_workers(trainer.client)[worker]["status"] != "paused":
         time.sleep(0.05)
 
 

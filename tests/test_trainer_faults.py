@@ -25,8 +25,8 @@ from hmdspt.core.nn import MLP, divergence_message
 from hmdspt.core.partition import fitting_workers
 from hmdspt.core.runlog import read_events
 from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
-from hmdspt.parallel.shards import scheduler_workers
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from distributed import wait
 
 from hmdspt.core.speed import ProbeResult
-from hmdspt.parallel.shards import scheduler_workers
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.worker import probe_task
 
 __all__ = ["probe_workers", "score_workers"]

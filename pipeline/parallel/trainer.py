@@ -47,7 +47,9 @@ from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pa
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
+from hmdspt.parallel.client import WorkerLostError, scatter_to, scheduler_workers, wait_some
 from hmdspt.parallel.lifecycle import close_run, deferred_interrupts, open_run
+from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
 from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.worker import RoundSpec, remembered_speed, round_task, run_key, speed_key
 
@@ -369,7 +371,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
-        workers = shards.scheduler_workers(self.client)
+        workers = scheduler_workers(self.client)
         if not workers:
             raise TrainingError("the cluster has no workers")
         return workers
@@ -942,7 +944,7 @@ class Trainer:
         while pending:
             # Short waits: a pinned task whose worker left would wait forever otherwise.
             try:
-                done, pending = shards.wait_some(pending, 0.5, "FIRST_COMPLETED")
+                done, pending = wait_some(pending, 0.5, "FIRST_COMPLETED")
             except Exception:  # e.g. tasks cancelled because their worker died
                 done = {f for f in pending if f.status != "pending"}
                 pending -= done
@@ -1064,7 +1066,7 @@ class Trainer:
         A direct scatter also waits, for as long as its timeout, while its worker is
         not *running*: one that is retiring (``--lifetime`` reached, or retired by the
         cluster) or paused, or that has already left. Each scatter is therefore one short
-        attempt of :func:`hmdspt.parallel.shards.scatter_to`; workers that did not take ``w_t``
+        attempt of :func:`hmdspt.parallel.client.scatter_to`; workers that did not take ``w_t``
         are looked up, those that left are recovered (their rows re-staged onto the
         others, which keep the ``w_t`` they got) and the broadcast goes on. A worker
         that stays in the cluster without running fails the fit after
@@ -1085,9 +1087,7 @@ class Trainer:
                 try:
                     # One attempt (timeout 0); the deadline is this loop's, for all workers.
                     key = run_key(self.run_id, self.client.id, f"w_t-{self.round_index}")
-                    sent[addr] = shards.scatter_to(
-                        self.client, {key: self.model.params}, addr, 0.0
-                    )[key]
+                    sent[addr] = scatter_to(self.client, {key: self.model.params}, addr, 0.0)[key]
                 except Exception as exc:  # not running, left, or died unnoticed
                     errors[addr] = exc
             missing = set(self.staged.futures) - set(sent)
@@ -1102,7 +1102,7 @@ class Trainer:
                 sent = {a: f for a, f in sent.items() if a in self.staged.futures}
             elif time.monotonic() >= deadline:
                 self.client.cancel(list(sent.values()))
-                info = shards.scheduler_workers(self.client)
+                info = scheduler_workers(self.client)
                 states = "; ".join(
                     f"{self._names.get(a, a)} (status {info.get(a, {}).get('status', 'gone')}, "
                     f"last error {errors.get(a)!r})"
@@ -1116,7 +1116,7 @@ class Trainer:
                 )
 
     def _live(self) -> set[str]:
-        return set(shards.scheduler_workers(self.client))
+        return set(scheduler_workers(self.client))
 
     def _gone(self, addresses: set[str], grace_s: float = 0.0) -> set[str]:
         """Which of ``addresses`` left the cluster, giving the scheduler ``grace_s`` to notice."""
@@ -1156,7 +1156,7 @@ class Trainer:
             self.active.discard(addr)
             if addr in self.scorer.workers:
                 self.scorer.remove_worker(addr)
-        self.staged = shards.drop_workers(self.staged, lost)
+        self.staged = drop_workers(self.staged, lost)
         survivors = sorted(self.active & self._live())
         if not survivors:  # a second look before giving up
             time.sleep(1.0)
@@ -1169,7 +1169,7 @@ class Trainer:
         start = time.perf_counter()
         try:
             missing = self._restage_missing(survivors)
-        except shards.WorkerLostError:
+        except WorkerLostError:
             # Another worker left while rows were counted or re-staged; ``staged`` is
             # still whole (add_rows releases nothing until it succeeds): start again.
             more = self._gone(self.active | set(self.staged.futures), grace_s=5.0)
@@ -1183,7 +1183,7 @@ class Trainer:
 
     def _restage_missing(self, survivors: list[str]) -> np.ndarray:
         """Give the rows no worker holds to ``survivors``, by score; the ids re-staged."""
-        held = shards.held_row_ids(self.staged)
+        held = held_row_ids(self.staged)
         have = np.concatenate(list(held.values())) if held else np.empty(0, np.int64)
         missing = np.setdiff1d(np.arange(self.n_rows), have, assume_unique=True)
         if len(missing):
@@ -1195,7 +1195,7 @@ class Trainer:
             assignment = {
                 a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
             }
-            self.staged = shards.add_rows(
+            self.staged = add_rows(
                 self.client,
                 self.staged,
                 self._X,
@@ -1211,7 +1211,7 @@ class Trainer:
 
     def _join(self, joined: set[str]) -> None:
         """Probe workers that joined, give them a score; rows follow at the next re-balance."""
-        info = shards.scheduler_workers(self.client)
+        info = scheduler_workers(self.client)
         self._register({a: info[a] for a in joined if a in info})
         speeds = score_workers(
             self.client,
@@ -1295,7 +1295,7 @@ class Trainer:
             return
         start = time.perf_counter()
         try:
-            self.staged = shards.rebalance(self.client, self.staged, moves)
+            self.staged = rebalance(self.client, self.staged, moves)
         except Exception:
             # A worker died under the moves: the old shards are untouched until a
             # re-balance succeeds, so re-stage the lost rows and re-plan next round.

@@ -473,7 +473,7 @@ def probe_task(
         raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
     # Arrays that arrive through Dask's comms can be misaligned (measured: float32 rows at
     # an odd address), and the row gather on them ran the probe 2.4x slower than training
-    # on staged shards, which are copied to aligned memory (see ``hmdspt.parallel.shards.Shard``).
+    # on staged shards, which are copied to aligned memory (see ``hmdspt.core.shard.Shard``).
     X = X if X.flags.aligned else X.copy()
     Y = Y if Y.flags.aligned else Y.copy()
 
@@ -965,7 +965,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
 
     Parameters
     ----------
-    shard : hmdspt.parallel.shards.Shard
+    shard : hmdspt.core.shard.Shard
         The worker's rows (held in its memory between rounds); ``shard.y`` holds the
         encoded targets. Its ``done`` mask records the rows already processed this epoch
         and travels with the rows when they move.
