@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
-from hmdspt.core.speed import OnlineScorer, ProbeResult
+from hmdspt.core.speed import OnlineScorer, ProbeResult, chunk_speed
 from hmdspt.parallel import worker
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.scoring import probe_workers, score_workers
-from hmdspt.parallel.worker import chunk_speed, probe_task
+from hmdspt.parallel.worker import probe_task
 
 LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape
 

@@ -77,7 +77,7 @@ def probe_workers(
         Fraction of an epoch's rows the probes may use together (with ``n_rows_total``).
     estimator : {"trimmed", "median"}, default="trimmed"
         Adaptive probe: how a worker's timed chunks make one speed (see Notes and
-        :func:`hmdspt.parallel.worker.chunk_speed`).
+        :func:`hmdspt.core.speed.chunk_speed`).
     X, Y : array-like, optional
         Sample rows of the real data and their encoded targets (broadcast once to every
         worker); synthetic rows of the same shape if None.

@@ -37,6 +37,7 @@ from distributed.worker_state_machine import FreeKeysEvent
 
 from hmdspt.core.merge import ErrorFeedback, compress
 from hmdspt.core.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
+from hmdspt.core.speed import PROBE_ESTIMATORS, chunk_speed
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
@@ -49,8 +50,6 @@ __all__ = [
     "ThrottleRecord",
     "current_slowdown",
     "get_slowdowns",
-    "PROBE_ESTIMATORS",
-    "chunk_speed",
     "drop_run_state",
     "drop_runs",
     "forget_speeds",
@@ -218,11 +217,6 @@ def get_slowdowns(client: Client) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------- probe
-# Normal-theory constants of the median's standard error from the median absolute
-# deviation: sigma ~ 1.4826 MAD, se(median) ~ sqrt(pi / 2) sigma / sqrt(n).
-_MAD_TO_SIGMA = 1.4826
-_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
-PROBE_ESTIMATORS = ("trimmed", "median")
 
 
 def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activation: str):
@@ -251,82 +245,6 @@ def batches_per_chunk(cpu_s: float, batches: int, target_s: float = CHUNK_CPU_S)
     if cpu_s <= 0 or batches < 1:
         return max(batches, 1)
     return max(1, int(np.ceil(target_s * batches / cpu_s)))
-
-
-def chunk_speed(
-    rows: Sequence[float],
-    walls: Sequence[float],
-    estimator: str = "trimmed",
-    hiccup_factor: float = 3.0,
-) -> tuple[float, float, int]:
-    """Speed of a worker from its timed chunks, its relative standard error, chunks dropped.
-
-    Parameters
-    ----------
-    rows : sequence of float
-        Rows of each chunk.
-    walls : sequence of float
-        Wall seconds of each chunk (emulation sleeps included).
-    estimator : {"trimmed", "median"}, default="trimmed"
-        ``"trimmed"``: drop the hiccups, chunks whose seconds per row exceed
-        ``hiccup_factor`` times the median, then total rows over total seconds of the rest;
-        the relative standard error is that of the mean seconds per row of the kept chunks.
-        ``"median"``: the median of the chunk speeds; its relative standard error is
-        ``sqrt(pi / 2) * 1.4826 * MAD / sqrt(n) / median`` (the median of normal draws, the
-        spread taken from the median absolute deviation); nothing is dropped.
-    hiccup_factor : float, default=3.0
-        ``"trimmed"`` only: how many times slower than the median a chunk must be to count
-        as a hiccup rather than as contention.
-
-    Returns
-    -------
-    speed : float
-        Samples per second.
-    rel_se : float
-        Relative standard error of ``speed``; ``inf`` with fewer than two chunks.
-    dropped : int
-        Chunks dropped as hiccups.
-
-    Notes
-    -----
-    Why trimmed by default, not the median: what a round will achieve is its rows over its
-    seconds, the time average. Contention from neighbours is not a rare hiccup but part of
-    that average: measured on the emulated 4:2:1 cluster, the fastest worker's chunks run
-    steadily at one speed and, while a neighbour's duty cycle overlaps them, 1.2-2x slower.
-    The median ignores that slower minority and scored the fastest worker 5-20 % too fast
-    (against ``rows / busy_s`` of a 1-2 s probe). A hiccup (a foreign process, a garbage
-    collection, a stalled heartbeat) stretches a chunk several-fold; dropping chunks slower
-    than ``hiccup_factor`` times the median removes those and keeps the contention.
-    Measured, a 99th-percentile chunk took 1.4-2.3x the median time.
-
-    Examples
-    --------
-    >>> rows, walls = [100] * 5, [1.0, 1.0, 1.0, 1.5, 10.0]  # contention, then a hiccup
-    >>> chunk_speed(rows, walls)[::2]  # 400 rows in 4.5 s; the 10 s chunk dropped
-    (88.88888888888889, 1)
-    >>> chunk_speed(rows, walls, "median")[::2]
-    (100.0, 0)
-    """
-    r = np.asarray(rows, dtype=np.float64)
-    w = np.asarray(walls, dtype=np.float64)
-    if estimator == "median":
-        x = r / w
-        median = float(np.median(x))
-        if x.size < 2 or median <= 0.0:
-            return median, math.inf, 0
-        mad = float(np.median(np.abs(x - median)))
-        rel_se = _MEDIAN_SE_FACTOR * _MAD_TO_SIGMA * mad / math.sqrt(x.size) / median
-        return median, rel_se, 0
-    if estimator != "trimmed":
-        raise ValueError(f"estimator must be one of {PROBE_ESTIMATORS}, got {estimator!r}")
-    t = w / r  # seconds per row of each chunk
-    keep = t <= hiccup_factor * np.median(t)
-    speed = float(r[keep].sum() / w[keep].sum())
-    n = int(keep.sum())
-    if n < 2:
-        return speed, math.inf, int(t.size - n)
-    tk = t[keep]
-    return speed, float(tk.std(ddof=1) / math.sqrt(n) / tk.mean()), int(t.size - n)
 
 
 def probe_task(
@@ -362,11 +280,12 @@ def probe_task(
 
     - **adaptive** (``seconds=None``, the default): after every chunk, stop when at least
       ``min_seconds`` and ``min_chunks`` are done and the relative standard error of the
-      speed estimated from the chunks (:func:`chunk_speed`) is below ``rel_tol``, or when
-      ``max_rows`` rows are done (never before that minimum), or at ``max_seconds``
-      whatever the precision. A steady worker stops after about ``min_seconds``; a noisy
-      one probes longer, up to ``max_seconds``. The speed is robust to hiccups: by default
-      the time average of the chunks without the hiccups, optionally their median.
+      speed estimated from the chunks (:func:`~hmdspt.core.speed.chunk_speed`) is below
+      ``rel_tol``, or when ``max_rows`` rows are done (never before that minimum), or at
+      ``max_seconds`` whatever the precision. A steady worker stops after about
+      ``min_seconds``; a noisy one probes longer, up to ``max_seconds``. The speed is robust
+      to hiccups: by default the time average of the chunks without the hiccups, optionally
+      their median.
     - **fixed** (``seconds`` given, the original probe): chunks until ``seconds`` of busy
       wall time have passed; the speed is ``rows / busy_s``.
 
@@ -410,7 +329,7 @@ def probe_task(
         shrink below ``chunk_batches`` so that ``min_chunks`` of them fit the budget, down
         to ``MIN_PROBE_CHUNK_CPU_S`` of compute each.
     estimator : {"trimmed", "median"}, default="trimmed"
-        Adaptive mode: how the chunks make one speed; see :func:`chunk_speed`.
+        Adaptive mode: how the chunks make one speed; see :func:`~hmdspt.core.speed.chunk_speed`.
     hiccup_factor : float, default=3.0
         Adaptive mode, ``"trimmed"``: a chunk that many times slower than the median chunk
         is a hiccup and left out.
