@@ -8,7 +8,8 @@ emulation is recorded in the cluster's ``emulation`` attribute and shown in its 
 that every result computed on it can be labelled as emulated.
 
 :func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
-nothing) into a ``distributed.Client``.
+nothing) into a ``distributed.Client``. Pools of batch jobs on a shared cluster (SLURM, PBS,
+SGE, LSF) are :mod:`hmdspt.parallel.pools`, which builds on this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -237,15 +238,3 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
         "target must be a distributed.Client, a cluster, a scheduler address or None, "
         f"got {type(target).__name__}"
     )
-
-
-# Worker pools on batch systems (SLURM, PBS, SGE, LSF) live in hmdspt.parallel.pools; re-exported
-# here so that everything that gets a cluster is found in one module.
-from hmdspt.parallel.pools import (  # noqa: E402
-    PooledJobCluster,
-    PoolSpec,
-    load_cluster_config,
-    start_pools,
-)
-
-__all__ += ["PoolSpec", "PooledJobCluster", "load_cluster_config", "start_pools"]
