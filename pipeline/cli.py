@@ -1,4 +1,4 @@
-"""The ``hmdspt`` command line.
+"""The ``hmdspt`` command line (also ``python -m hmdspt``; ``hmdspt --version``).
 
 Sub-commands:
 
@@ -481,6 +481,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hmdspt import __version__
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
 
     parser = argparse.ArgumentParser(
@@ -488,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Heterogeneous micro-difference synchronous parallel training of MLPs.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cluster_options(p: argparse.ArgumentParser) -> None:

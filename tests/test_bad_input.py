@@ -108,7 +108,7 @@ def test_bad_speeds_exit_2_with_one_line(capsys, speeds, message):
 
 
 def test_only_debug_shows_the_traceback(files):
-    args = [sys.executable, "-m", "hmdspt.cli"]
+    args = [sys.executable, "-m", "hmdspt"]
     data = ["train", "--in-process", "--data", str(files / "garbage.npz")]
     plain = subprocess.run([*args, *data], capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr

@@ -8,7 +8,7 @@ import pytest
 
 def _hmdspt(*args, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", "hmdspt.cli", *args],
+        [sys.executable, "-m", "hmdspt", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
