@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Types a fitted BPNNClassifier holds besides builtins and numpy arrays; the only
 #: ones to pass as ``trusted`` to ``skops.io.load`` (see docs/security.md).
-SKOPS_TRUSTED = [
-    "numpy.dtype",
-    "hmdspt.estimator.BPNNClassifier",
+SKOPS_TRUSTED = [  # sorted, as the test compares it with skops' sorted list
     "hmdspt.core.nn.AdamOptimizer",
     "hmdspt.core.nn.MLP",
+    "hmdspt.estimator.BPNNClassifier",
+    "numpy.dtype",
 ]
 
 
