@@ -2,7 +2,7 @@
 [--cookie-secret S]``: serve the monitor.
 
 ``pipeline/cli.py`` wires the sub-command to :func:`monitor_main`; the app itself lives in
-:mod:`app.monitor` and reads only run logs.
+:mod:`hmdspt.app.monitor` and reads only run logs.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def monitor_main(
     os.environ["BOKEH_RESOURCES"] = "server"
     import panel as pn
 
-    from app.monitor import served_page
+    from hmdspt.app.monitor import served_page
 
     port = int(port) or _free_port(address)
     auth: dict[str, Any] = {}

@@ -1,19 +1,19 @@
 """The HMDSPT monitor: a Panel app that watches run logs, and nothing else.
 
-It reads only run logs (``docs/runlog.md``) through :mod:`app.rundata`; it never talks to
+It reads only run logs (``docs/runlog.md``) through :mod:`hmdspt.app.rundata`; it never talks to
 the cluster or the trainer and never unpickles anything. Per run it shows:
 
 - a timeline, one row per worker, of each round's busy, communication and idle seconds
   along wall time (the picture in which a fast worker waits), and each worker's idle
   fraction over the whole run beside its utilisation (compute seconds over the fit's wall
-  time from the user's call), both from :func:`pipeline.runlog.summarize`;
+  time from the user's call), both from :func:`hmdspt.core.runlog.summarize`;
 - each worker's share of the rows (``partition`` events) against its share of the scores
   (``score`` events), over rounds;
 - training loss and validation score against wall time, with markers for re-balances,
   lost and joined workers and checkpoints;
 - on a second tab, two runs side by side (e.g. HMDSPT against equal shares).
 
-Live: a periodic callback polls the log with :class:`pipeline.runlog.RunLogTail`, which
+Live: a periodic callback polls the log with :class:`hmdspt.core.runlog.RunLogTail`, which
 reads only the bytes appended since the previous poll; the charts are updated by streaming
 the new rounds (timeline, loss, score, markers) and re-sending small aggregates (idle bars,
 thinned share lines), so watching a long run stays cheap.
@@ -23,11 +23,11 @@ Use::
     panel serve app/monitor.py --args RUNS_PATH      # a folder of *.jsonl or one log
     # in a notebook
     import panel as pn; pn.extension(inline=True)
-    from app.monitor import dashboard
+    from hmdspt.app.monitor import dashboard
     dashboard("runs/")
 
 Bokeh and Panel JavaScript must come from the server, never a CDN: serve with
-``BOKEH_RESOURCES=server`` (``app.cli.monitor_main`` sets it).
+``BOKEH_RESOURCES=server`` (``hmdspt.app.cli.monitor_main`` sets it).
 """
 
 from __future__ import annotations
@@ -42,16 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# `panel serve app/monitor.py` runs this file as a script: the repository root is then not
-# on the path unless the project is installed.
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.append(_ROOT)
-
-import numpy as np  # noqa: E402
-import panel as pn  # noqa: E402
-import param  # noqa: E402
-from bokeh.models import (  # noqa: E402
+import numpy as np
+import panel as pn
+import param
+from bokeh.models import (
     ColumnDataSource,
     FactorRange,
     HoverTool,
@@ -60,11 +54,11 @@ from bokeh.models import (  # noqa: E402
     Span,
     Title,
 )
-from bokeh.palettes import Category10_10, Category20_20, turbo  # noqa: E402
-from bokeh.plotting import figure  # noqa: E402
-from bokeh.transform import dodge  # noqa: E402
+from bokeh.palettes import Category10_10, Category20_20, turbo
+from bokeh.plotting import figure
+from bokeh.transform import dodge
 
-from app.rundata import (  # noqa: E402
+from hmdspt.app.rundata import (
     MARKER_KINDS,
     RunData,
     RunInfo,
@@ -787,7 +781,7 @@ class Comparison(param.Parameterized):
             self.run_b = str((other or rest)[0].path) if (other or rest) else None
 
     def result(self) -> dict | None:
-        """:func:`app.rundata.compare_runs` of the selected runs (cached by file state)."""
+        """:func:`hmdspt.app.rundata.compare_runs` of the selected runs (cached by file state)."""
         if not self.run_a or not self.run_b:
             return None
         key = []

@@ -1,11 +1,11 @@
 """What the monitor knows about a run: aggregates of its run log, updated incrementally.
 
 No Panel or Bokeh here, so the aggregation is tested and benchmarked on its own. Everything
-comes from the run log (``pipeline.runlog``): the monitor never talks to the cluster and
+comes from the run log (``hmdspt.core.runlog``): the monitor never talks to the cluster and
 never unpickles anything.
 
 - :func:`list_runs` lists the logs of a folder, newest first.
-- :class:`RunData` follows one run of a log through :class:`pipeline.runlog.RunLogTail`,
+- :class:`RunData` follows one run of a log through :class:`hmdspt.core.runlog.RunLogTail`,
   so each :meth:`RunData.poll` costs what was appended, not the size of the log, and keeps
   compact numpy arrays (rounds x workers) instead of the events.
 - :func:`compare_runs` puts two runs side by side (fastest worker's idle fraction, time to
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.runlog import (
+from hmdspt.core.runlog import (
     RunLogTail,
     event_problem,
     fit_wall_time,
@@ -281,7 +281,7 @@ class RunData:
 
     Attributes
     ----------
-    tail : pipeline.runlog.RunLogTail
+    tail : hmdspt.core.runlog.RunLogTail
     run_id : str or None
     run_ids : list of str
         Runs seen in the file, in order.
@@ -363,7 +363,7 @@ class RunData:
     @property
     def skipped_lines(self) -> int:
         """Complete lines of the log skipped as malformed: not JSON, too long or too deep,
-        or events of the wrong shape (:func:`pipeline.runlog.parse_event`)."""
+        or events of the wrong shape (:func:`hmdspt.core.runlog.parse_event`)."""
         return self.tail.skipped
 
     @property
@@ -389,8 +389,8 @@ class RunData:
     def ingest(self, events: Iterable[Mapping[str, Any]], upd: Update | None = None) -> Update:
         """Aggregate events (in log order); :meth:`poll` calls it with the tail's events.
 
-        The events must have passed :func:`pipeline.runlog.event_problem`, as those of
-        :func:`pipeline.runlog.read_events` and the tail have.
+        The events must have passed :func:`hmdspt.core.runlog.event_problem`, as those of
+        :func:`hmdspt.core.runlog.read_events` and the tail have.
         """
         upd = Update() if upd is None else upd
         rounds_batch: list[Mapping[str, Any]] = []
@@ -594,21 +594,21 @@ class RunData:
                 a["busy_timed"] += w["busy_s"]
 
     def _logged_summary(self) -> Mapping[str, Any]:
-        """``run_end``'s summary (``pipeline.runlog.summarize`` in the writer), or {}."""
+        """``run_end``'s summary (``hmdspt.core.runlog.summarize`` in the writer), or {}."""
         s = (self.end or {}).get("summary")
         return s if isinstance(s, Mapping) else {}
 
     def summary(self) -> dict:
         """Idle fractions, utilisation, mean speeds and efficiency of the run so far.
 
-        The same keys and definitions as :func:`pipeline.runlog.summarize` (a subset:
+        The same keys and definitions as :func:`hmdspt.core.runlog.summarize` (a subset:
         ``rounds``, ``wall_s``, ``fit_wall_s``, ``ideal_s``, ``efficiency``,
         ``fastest_worker``, ``fastest_idle_fraction``, ``fastest_utilisation`` and per
         worker ``rounds``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``,
         ``idle_fraction``, ``utilisation``, ``mean_speed``), merged from the summaries of
         each poll's new rounds. Utilisation and ``fit_wall_s`` are ``run_end``'s summary's
-        once the run has ended; before, :func:`pipeline.runlog.utilisation` of the busy
-        seconds so far over :func:`pipeline.runlog.fit_wall_time` up to the latest event.
+        once the run has ended; before, :func:`hmdspt.core.runlog.utilisation` of the busy
+        seconds so far over :func:`hmdspt.core.runlog.fit_wall_time` up to the latest event.
         """
         acc = self._sum
         logged = self._logged_summary()
@@ -786,7 +786,7 @@ def compare_runs(
     ----------
     a, b : list of dict or path
         The runs' events (or log files); a file holding several runs gives its last run.
-        Malformed lines and events are left out (:func:`pipeline.runlog.event_problem`).
+        Malformed lines and events are left out (:func:`hmdspt.core.runlog.event_problem`).
     target : float, optional
         Validation score to reach. Default: the lower of the two runs' best validation
         scores minus 0.01, so both runs reach it and the time compares like with like.

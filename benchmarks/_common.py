@@ -173,7 +173,7 @@ def cluster(
     Parameters
     ----------
     kind : {"emulated", "testbed"}
-        ``"emulated"``: ``pipeline.cluster.local_cluster(speeds=speeds)`` (each worker
+        ``"emulated"``: ``hmdspt.parallel.cluster.local_cluster(speeds=speeds)`` (each worker
         sleeps after its compute chunks). ``"testbed"``: a
         :class:`benchmarks.testbed.Testbed` with one Dask worker per slot, the kernel
         enforcing the quotas.
@@ -196,7 +196,7 @@ def cluster(
     from distributed import Client
 
     if kind == EMULATED:
-        from pipeline.cluster import local_cluster
+        from hmdspt.parallel.cluster import local_cluster
 
         with local_cluster(speeds=speeds) as emulated, Client(emulated) as client:
             info = {

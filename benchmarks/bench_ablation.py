@@ -24,11 +24,11 @@ import numpy as np
 from distributed import Client
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.cluster import local_cluster
-from pipeline.compare import WARM_UP_ROW_PASSES, WARM_UP_ROWS, held_out_sample
-from pipeline.nn import MLP
-from pipeline.runlog import read_events, summarize
-from pipeline.trainer import Trainer, TrainerConfig
+from hmdspt.compare import WARM_UP_ROW_PASSES, WARM_UP_ROWS, held_out_sample
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events, summarize
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
 from ._common import header, num, pct
 from .bench_training import load_har, load_kdd

@@ -22,7 +22,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from pipeline.estimator import BPNNClassifier
+from hmdspt.estimator import BPNNClassifier
 
 from ._common import dataset_path, header, timed
 

@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.cli import load_default_dataset
-from pipeline.estimator import BPNNClassifier
-from pipeline.runlog import read_events
+from hmdspt.cli import load_default_dataset
+from hmdspt.core.runlog import read_events
+from hmdspt.estimator import BPNNClassifier
 
 from ._common import (
     TESTBED,

@@ -14,7 +14,8 @@ Targeted faults, ``--targeted`` times each variant (default once):
 
 - ``kill-staging``: a worker is SIGKILLed while the rows are first staged, either the one
   that received the first shard (as the second is sent) or the one about to receive the
-  second (the benchmark wraps ``pipeline.staging.scatter_to`` in the driver to time it);
+  second (the benchmark wraps the ``scatter_to`` that ``hmdspt.parallel.shards.stage`` calls,
+  in the driver, to time it);
 - ``kill-last-round``: a worker is SIGKILLed during an epoch's last round (the round whose
   ``RoundSpec.rounds_left`` is 1), once its round task is processing; in epoch 2 and in
   the fit's last epoch;
@@ -149,7 +150,7 @@ def first_line(text: str, width: int = 90) -> str:
 
 
 def _events(log: Path) -> list[dict]:
-    from pipeline.runlog import read_events
+    from hmdspt.core.runlog import read_events
 
     return read_events(log) if log.exists() else []
 
@@ -281,15 +282,15 @@ def judge(r: FitResult) -> list[str]:
 def _leftovers_here(dask_worker) -> dict[str, Any]:
     """On a worker: the run states it holds and its keys (``orphan_keys`` if the library
     has it, else every key in its data: the scheduler decides which are orphans)."""
-    from pipeline import worker_tasks
+    from hmdspt.parallel import worker
 
-    if hasattr(worker_tasks, "run_ids_held"):
-        run_ids = [str(r) for r in worker_tasks.run_ids_held(dask_worker)]
+    if hasattr(worker, "run_ids_held"):
+        run_ids = [str(r) for r in worker.run_ids_held(dask_worker)]
     else:
-        run_ids = [str(r) for a, r in worker_tasks._RUN_STATE if a == dask_worker.address]
+        run_ids = [str(r) for a, r in worker._RUN_STATE if a == dask_worker.address]
     out: dict[str, Any] = {"run_ids": run_ids, "keys": [str(k) for k in dask_worker.data]}
-    if hasattr(worker_tasks, "orphan_keys"):
-        out["orphans"] = [str(k) for k in worker_tasks.orphan_keys(dask_worker)]
+    if hasattr(worker, "orphan_keys"):
+        out["orphans"] = [str(k) for k in worker.orphan_keys(dask_worker)]
     return out
 
 
@@ -302,7 +303,7 @@ def leftovers(address: str, wait_s: float) -> tuple[int | None, int | None, int 
 
     Asked by a fresh client, again every half second for up to ``wait_s`` until nothing is
     left (releases travel asynchronously). Orphaned keys are those no client can free: from
-    ``pipeline.worker_tasks.orphan_keys`` when it exists, else the keys in a worker's data
+    ``hmdspt.parallel.worker.orphan_keys`` when it exists, else the keys in a worker's data
     that the scheduler does not know.
 
     Returns
@@ -401,7 +402,7 @@ def _cluster_with_scheduler_process():
     from distributed.deploy.subprocess import SubprocessScheduler
     from distributed.worker_memory import parse_memory_limit
 
-    from pipeline.worker_tasks import SlowdownPlugin
+    from hmdspt.parallel.worker import SlowdownPlugin
 
     memory = parse_memory_limit("auto", 1, len(SPEEDS), logger=logging.getLogger(__name__))
     workers = {
@@ -453,7 +454,7 @@ def _name_of(cluster, address: str) -> str | None:
 
 
 def _gone_from_scheduler(client, address: str, seconds: float) -> None:
-    from pipeline.staging import scheduler_workers
+    from hmdspt.parallel.client import scheduler_workers
 
     deadline = time.monotonic() + seconds
     while address in scheduler_workers(client) and time.monotonic() < deadline:
@@ -463,8 +464,8 @@ def _gone_from_scheduler(client, address: str, seconds: float) -> None:
 # -------------------------------------------------------------------------- one fit
 def _make_trainer(client, n_features: int, log: Path, rounds_per_epoch: int, trainer_cls=None):
     """The benchmark's trainer (every fit alike) and its model."""
-    from pipeline.nn import MLP
-    from pipeline.trainer import Trainer, TrainerConfig
+    from hmdspt.core.nn import MLP
+    from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
     model = MLP((n_features, 64, 3))
     model.initialize(np.random.RandomState(0))
@@ -482,7 +483,7 @@ def _make_trainer(client, n_features: int, log: Path, rounds_per_epoch: int, tra
 def _hooked_trainer_class(on_spec: Callable[[Any, Any], None]):
     """A Trainer that calls ``on_spec(trainer, spec)`` for each round's spec (to time a
     fault to a round of the epoch: ``spec.rounds_left == 1`` is an epoch's last)."""
-    from pipeline.trainer import Trainer
+    from hmdspt.parallel.trainer import Trainer
 
     class HookedTrainer(Trainer):
         def _spec(self, *args, **kwargs):
@@ -496,10 +497,10 @@ def _hooked_trainer_class(on_spec: Callable[[Any, Any], None]):
 @contextlib.contextmanager
 def _staging_hook(on_scatter: Callable[[int, str], None]):
     """Call ``on_scatter(i, worker)`` before the i-th shard (from 1) of a first staging is
-    scattered to ``worker``; only within ``pipeline.staging.stage``."""
-    from pipeline import staging
+    scattered to ``worker``; only within ``hmdspt.parallel.shards.stage``."""
+    from hmdspt.parallel import shards
 
-    real_stage, real_scatter = staging.stage, staging.scatter_to
+    real_stage, real_scatter = shards.stage, shards.scatter_to
     state = {"staging": False, "calls": 0}
 
     def stage(*args, **kwargs):
@@ -515,11 +516,11 @@ def _staging_hook(on_scatter: Callable[[int, str], None]):
             on_scatter(state["calls"], worker)
         return real_scatter(client, data, worker, *args, **kwargs)
 
-    staging.stage, staging.scatter_to = stage, scatter_to
+    shards.stage, shards.scatter_to = stage, scatter_to
     try:
         yield
     finally:
-        staging.stage, staging.scatter_to = real_stage, real_scatter
+        shards.stage, shards.scatter_to = real_stage, real_scatter
 
 
 def run_fit(
@@ -537,8 +538,8 @@ def run_fit(
     """
     from distributed import Client
 
-    from pipeline.cluster import local_cluster
-    from pipeline.worker_tasks import set_slowdown
+    from hmdspt.parallel.cluster import local_cluster
+    from hmdspt.parallel.worker import set_slowdown
 
     fault = plan.fault
     X, y, X_test, y_test = data
@@ -694,7 +695,7 @@ def run_driver_fit(
 ) -> FitResult:
     """One fit whose driver is a subprocess against a fresh cluster here; ``plan.fault``
     (SIGKILL or SIGINT) goes to that subprocess once ``plan.at`` rounds were logged."""
-    from pipeline.cluster import local_cluster
+    from hmdspt.parallel.cluster import local_cluster
 
     result = FitResult(plan.fault, plan.at)
     stamp = time.monotonic_ns()

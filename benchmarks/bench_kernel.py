@@ -18,7 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 from threadpoolctl import threadpool_limits
 
-from pipeline.estimator import BPNNClassifier
+from hmdspt.estimator import BPNNClassifier
 
 from ._common import header, timed
 from .report import OUT, pyplot, save_figure, shown

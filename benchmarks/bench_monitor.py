@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.monitor import RunMonitor  # noqa: E402
+from hmdspt.app.monitor import RunMonitor  # noqa: E402
 from scripts.synthetic_runlog import make_log  # noqa: E402
 from tests.browser.harness import (  # noqa: E402
     PanelServer,

@@ -13,7 +13,7 @@ Same data, model, optimizer, epochs and target for every system, on one
   the driver side, one 1-core worker per slot, its executors in the slot's group), with
   both of its solvers.
 
-Data: the embedded default data set (``hmdspt train``'s, ``pipeline.cli``), standardized,
+Data: the embedded default data set (``hmdspt train``'s, ``hmdspt.cli``), standardized,
 written once to a temporary ``.npz`` that every peer reads (Spark: Parquet files of the
 same arrays). Model: MLP (128, 64), ReLU, softmax output, Adam at 1e-3, batch 256,
 8 epochs. Target: scikit-learn's median final test accuracy in this run minus 1 point.
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.compare import RunResult, held_out_sample, log_figures
+from hmdspt.compare import RunResult, held_out_sample, log_figures
 
 from .testbed import LABEL, Testbed, unavailable_reason
 
@@ -247,7 +247,7 @@ def prepare_data(directory: Path, train_rows: int | None, seed: int = 0) -> Data
     """
     from sklearn.preprocessing import StandardScaler
 
-    from pipeline.cli import load_default_dataset
+    from hmdspt.cli import load_default_dataset
 
     X_train, X_test, y_train, y_test = load_default_dataset(seed)
     if train_rows is not None and train_rows < len(y_train):
@@ -408,7 +408,7 @@ def run_hmdspt(
     """``BPNNClassifier(client=..., partition=...)`` on the testbed's Dask workers."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from pipeline.estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
 
     a = data.arrays
     run_log = work / f"hmdspt-{partition}-{time.monotonic_ns()}.jsonl"
@@ -777,7 +777,7 @@ def _quota_lines(tb: Testbed, settings: Settings) -> list[str]:
     return [
         f"quota check (256x256 matmul, each group alone, {quotas['seconds']:g} s): "
         + slots(quotas["slots"], "iter/s"),
-        f"ceiling alone (pipeline.nn training loop, MLP {HIDDEN}, batch {BATCH}): "
+        f"ceiling alone (hmdspt.core.nn training loop, MLP {HIDDEN}, batch {BATCH}): "
         + slots(ceiling["alone"], "rows/s"),
         "ceiling together: " + slots(ceiling["together"], "rows/s"),
         f"combined ceiling {ceiling['combined']:.0f} rows/s = {ceiling['ratio']:.2f} x the "
@@ -887,7 +887,7 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
         work.mkdir()
         data = prepare_data(work / "data", settings.train_rows)
         print(
-            f"data: embedded default (pipeline.cli), standardized; {data.n_train} train / "
+            f"data: embedded default (hmdspt.cli), standardized; {data.n_train} train / "
             f"{data.n_test} test rows, {data.n_features} features, {data.n_classes} classes; "
             f"the curves score {data.n_curve} held-out rows, final accuracies all test rows"
         )

@@ -25,8 +25,8 @@ from pathlib import Path
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.estimator import BPNNClassifier
-from pipeline.runlog import read_events, summarize
+from hmdspt.core.runlog import read_events, summarize
+from hmdspt.estimator import BPNNClassifier
 
 from ._common import (
     EMULATED,

@@ -1,6 +1,6 @@
 """What the speed probe costs, as a fraction of one epoch, and how well it measures 4:2:1.
 
-Two jobs on an emulated 4:2:1 cluster (``pipeline.cluster.local_cluster``, 3 worker
+Two jobs on an emulated 4:2:1 cluster (``hmdspt.parallel.cluster.local_cluster``, 3 worker
 processes, 1 thread each):
 
 - ``synthetic``: 100,000 random rows, MLP 100-128-64-10 (DESIGN.md's reference shape);
@@ -56,10 +56,10 @@ from benchmarks._common import (  # noqa: E402
     header,
     own_cpu_seconds,
 )
-from pipeline.cluster import local_cluster  # noqa: E402
-from pipeline.runlog import read_events  # noqa: E402
-from pipeline.scoring import probe_workers  # noqa: E402
-from pipeline.staging import scheduler_workers  # noqa: E402
+from hmdspt.core.runlog import read_events  # noqa: E402
+from hmdspt.parallel.client import scheduler_workers  # noqa: E402
+from hmdspt.parallel.cluster import local_cluster  # noqa: E402
+from hmdspt.parallel.scoring import probe_workers  # noqa: E402
 
 BATCH = 256
 
@@ -103,7 +103,7 @@ JOBS = {
 
 def epoch_rounds(client: Client, job: Job) -> list[dict]:
     """``round`` events of a 2-epoch, 1-round-per-epoch HMDSPT fit (one per epoch)."""
-    from pipeline.estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
 
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "run.jsonl")

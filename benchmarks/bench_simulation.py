@@ -2,7 +2,7 @@
 
 1. **Validation**, on the OS-enforced testbed (``benchmarks/testbed.py``: one Dask worker
    per cgroup with a CPU quota of 1 / 0.5 / 0.25 core, the kernel enforcing it) and, the
-   same way, on the in-code emulation (``pipeline.cluster.local_cluster(speeds=(4, 2, 1))``,
+   same way, on the in-code emulation (``hmdspt.parallel.cluster.local_cluster(speeds=(4, 2, 1))``,
    labelled *emulated*). Unless ``--log`` names existing run logs, every run of this
    benchmark makes, on each cluster, two FRESH real runs — one with proportional shares, one
    with equal shares, same data, same model, one round per epoch sized so that a
@@ -14,9 +14,9 @@
    run's model, optimizer and buffers, the first round follows straight on the probe and
    the warm start — and, with HMDSPT's ramp, short rounds of a different size, so it does
    not stand for the steady state), the next ``--calib`` rounds calibrate the simulator
-   (:func:`pipeline.simulate.calibrate`: per-worker speed, per-worker and shared
+   (:func:`hmdspt.simulate.calibrate`: per-worker speed, per-worker and shared
    per-round jitter, scheduler overhead, merge rate) and the remaining rounds are
-   predicted: :func:`pipeline.simulate.simulate_run` replays the rows per worker of those
+   predicted: :func:`hmdspt.simulate.simulate_run` replays the rows per worker of those
    rounds from the log (the partition the real scorer and policy chose) with the
    calibrated clock, over many seeds, and the mean predicted round time and per-worker
    idle fractions (``Σ idle_i / Σ round wall``, DESIGN.md) are compared with the measured
@@ -77,8 +77,8 @@ from benchmarks._common import (  # noqa: E402
     print_leftovers,
 )
 from benchmarks.report import pyplot, save_figure  # noqa: E402
-from pipeline.runlog import read_events  # noqa: E402
-from pipeline.simulate import (  # noqa: E402
+from hmdspt.core.runlog import read_events  # noqa: E402
+from hmdspt.simulate import (  # noqa: E402
     DEFAULT_PARAMS_BYTES,
     DEFAULT_ROWS_PER_S,
     Drift,
@@ -164,7 +164,7 @@ def real_runs(
     from sklearn.datasets import make_classification
     from sklearn.exceptions import ConvergenceWarning
 
-    from pipeline.estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
 
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     X, y = make_classification(

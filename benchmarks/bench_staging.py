@@ -15,7 +15,7 @@ of a 2 ms RSS sampler, so neither a brief spike nor an earlier, higher high-wate
 (loading the npz) hides the figure. The driver process also hosts the scheduler, which
 is counted. Worker memory is each worker's RSS after staging.
 
-The cluster is ``pipeline.cluster.local_cluster(speeds=(4, 2, 1))`` (process workers, 1
+The cluster is ``hmdspt.parallel.cluster.local_cluster(speeds=(4, 2, 1))`` (process workers, 1
 thread each) when available, else a plain ``LocalCluster``; shares are 4:2:1 either way.
 The speed emulation throttles training compute only, not staging.
 
@@ -93,7 +93,7 @@ def write_parquet(npz: Path, out_dir: Path) -> None:
 
 def start_cluster():
     try:
-        from pipeline.cluster import local_cluster
+        from hmdspt.parallel.cluster import local_cluster
     except ImportError:  # the emulated cluster helper is optional here
         from distributed import LocalCluster
 
@@ -105,12 +105,12 @@ def start_cluster():
             scheduler_kwargs={"dashboard_address": ":0"},
         )
         return cluster, None
-    return local_cluster(speeds=SPEEDS), "pipeline.cluster.local_cluster"
+    return local_cluster(speeds=SPEEDS), "hmdspt.parallel.cluster.local_cluster"
 
 
 def shares(client, n_rows: int) -> dict[str, int]:
     """Rows per worker address in proportion 4:2:1 (workers ordered by name)."""
-    from pipeline.staging import scheduler_workers
+    from hmdspt.parallel.client import scheduler_workers
 
     info = scheduler_workers(client)
     addrs = sorted(info, key=lambda a: str(info[a]["name"]))
@@ -129,7 +129,8 @@ def run_case(case: str, data: Path, parquet_dir: Path) -> dict:
     import numpy as np
     from distributed import Client
 
-    from pipeline.staging import scheduler_workers, stage
+    from hmdspt.parallel.client import scheduler_workers
+    from hmdspt.parallel.shards import stage
 
     cluster, helper = start_cluster()
     with cluster, Client(cluster) as client:
@@ -187,7 +188,7 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.data, args.parquet_dir)))
         return
 
-    from pipeline.staging import _npz_meta
+    from hmdspt.parallel.readers import _npz_meta
 
     # Header-only read: this orchestrating process never loads the arrays either.
     meta = _npz_meta(str(args.data), "X_train", "y5_train")

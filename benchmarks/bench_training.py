@@ -33,16 +33,10 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
-from pipeline.compare import (
-    format_table,
-    held_out_sample,
-    log_figures,
-    plot,
-    run_comparison,
-)
-from pipeline.estimator import BPNNClassifier
-from pipeline.runlog import read_events
-from pipeline.worker_tasks import forget_speeds
+from hmdspt.compare import format_table, held_out_sample, log_figures, plot, run_comparison
+from hmdspt.core.runlog import read_events
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.worker import forget_speeds
 
 from ._common import (
     TESTBED,

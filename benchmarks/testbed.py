@@ -9,7 +9,7 @@ in the project's code, so the project and any peer system run on the same worker
 same machine. Figures from it are labelled ``testbed (OS-enforced CPU quotas)``.
 
 It measures its own ceiling: :meth:`Testbed.check_quotas` (a busy numpy loop, each group
-alone) and :meth:`Testbed.ceiling` (the training loop of ``pipeline.nn``, each slot alone,
+alone) and :meth:`Testbed.ceiling` (the training loop of ``hmdspt.core.nn``, each slot alone,
 then all at once). Needs root, a writable cgroup v1 ``cpu`` and ``cpuacct`` controller and,
 for links, ``ip``, ``tc`` and ``nsenter``. Traffic only ever goes to loopback or to
 addresses inside namespaces the testbed made.
@@ -620,7 +620,7 @@ class Testbed:
     ) -> dict[str, Any]:
         """Each slot's training speed alone, then all slots at once: the testbed's ceiling.
 
-        The loop is ``pipeline.nn.minibatch_pass`` (row gather included) of an MLP
+        The loop is ``hmdspt.core.nn.minibatch_pass`` (row gather included) of an MLP
         ``(n_features, *hidden, n_classes)`` with Adam in float32 on synthetic rows.
 
         Returns
@@ -955,7 +955,7 @@ def _matmul_step():
 def _train_step(layer_sizes: Sequence[int], batch_size: int, n_rows: int = 16_384):
     import numpy as np
 
-    from pipeline.nn import MLP, AdamOptimizer, BatchBuffers, minibatch_pass
+    from hmdspt.core.nn import MLP, AdamOptimizer, BatchBuffers, minibatch_pass
 
     rng = np.random.RandomState(0)
     model = MLP(layer_sizes)
@@ -1202,7 +1202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hidden = tuple(c["model"]["layer_sizes"][1:-1])
             for phase in ("alone", "together"):
                 _print_rows(
-                    f"ceiling, {phase}: pipeline.nn minibatch_pass, MLP {hidden} on "
+                    f"ceiling, {phase}: hmdspt.core.nn minibatch_pass, MLP {hidden} on "
                     f"{c['model']['layer_sizes'][0]} features, batch {c['model']['batch_size']},"
                     f" Adam, float32, {args.ceiling_seconds:g} s"
                     + (" in each slot alone" if phase == "alone" else " in all slots at once"),

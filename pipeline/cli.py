@@ -1,4 +1,4 @@
-"""The ``hmdspt`` command line.
+"""The ``hmdspt`` command line (also ``python -m hmdspt``; ``hmdspt --version``).
 
 Sub-commands:
 
@@ -198,7 +198,7 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
 def _cluster_and_client(args: argparse.Namespace):
     """A client of ``--scheduler``, ``--cluster``/``--cluster-config`` pools, or a new
     emulated local cluster with ``--speeds``; returns (ExitStack, client, label)."""
-    from .pools import client_from_args
+    from hmdspt.parallel.pools import client_from_args
 
     return client_from_args(args)
 
@@ -225,7 +225,7 @@ class _RoundProgress:
     def _follow(self) -> None:
         from pathlib import Path
 
-        from .runlog import RunLogTail
+        from hmdspt.core.runlog import RunLogTail
 
         tail = None
         folder = Path(self.path)
@@ -279,7 +279,7 @@ def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
 
 def _logged_summary(path) -> dict:
     """The ``run_end`` summary of the run log at ``path`` ({} if there is none)."""
-    from .runlog import read_events
+    from hmdspt.core.runlog import read_events
 
     if path is None:
         return {}
@@ -297,7 +297,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from .estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
 
     X_train, X_test, y_train, y_test = _scaled_data(args)
     run_log = Path(args.run_dir)  # a folder: the trainer writes <run_id>.jsonl into it
@@ -375,9 +375,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from .partition import apportion
-    from .scoring import score_workers
-    from .staging import scheduler_workers
+    from hmdspt.core.partition import apportion
+    from hmdspt.parallel.client import scheduler_workers
+    from hmdspt.parallel.scoring import score_workers
 
     n_features = 40 if args.features is None else args.features
     layers = (n_features, *args.hidden, args.classes)
@@ -438,7 +438,7 @@ def _scaled_data(args: argparse.Namespace):
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .compare import format_table, plot, run_comparison
+    from hmdspt.compare import format_table, plot, run_comparison
 
     X_train, X_test, y_train, y_test = _scaled_data(args)
     params = dict(
@@ -468,7 +468,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     return monitor_main(
         args.runs_path,
@@ -481,13 +481,15 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .pools import add_cluster_arguments, cmd_cluster_dry_run
+    from hmdspt import __version__
+    from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
 
     parser = argparse.ArgumentParser(
         prog="hmdspt",
         description="Heterogeneous micro-difference synchronous parallel training of MLPs.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def cluster_options(p: argparse.ArgumentParser) -> None:
@@ -610,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         # A fit that failed on the cluster (e.g. every worker lost) is reported like bad
         # input; the trainer module is loaded whenever one of its errors can occur.
-        trainer = sys.modules.get(f"{__package__ or 'pipeline'}.trainer")
+        trainer = sys.modules.get("hmdspt.parallel.trainer")
         if trainer is not None:
             expected += (trainer.TrainingError,)
         if args.debug or not isinstance(exc, expected):

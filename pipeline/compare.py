@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from .estimator import BPNNClassifier
-from .runlog import read_events, summarize
+from hmdspt.core.runlog import read_events, summarize
+from hmdspt.estimator import BPNNClassifier
 
 # name -> (sync, partition); None marks an in-process run.
 STRATEGIES: dict[str, tuple[str, str] | None] = {
@@ -98,11 +98,11 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
     first large transfers: measured 0.78 s of staging against 0.2-0.3 s warm) that would
     otherwise land on whichever strategy happens to run first. It also leaves every
     worker's speed for this model shape in its memory
-    (:func:`pipeline.worker_tasks.remembered_speed`), as any earlier fit on the cluster
+    (:func:`hmdspt.parallel.worker.remembered_speed`), as any earlier fit on the cluster
     would: a proportional run then starts from those speeds instead of a probe. For that
     the warm-up holds every class (the output layer is part of the shape), processes
     about ``WARM_UP_ROW_PASSES`` rows, enough regular rounds on every worker to be
-    remembered (:data:`pipeline.worker_tasks.MIN_REMEMBERED_BUSY_S`), and uses the timed
+    remembered (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`), and uses the timed
     runs' ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
     """
     y = np.asarray(y)

@@ -11,7 +11,7 @@ Differences from scikit-learn, on purpose:
 - only the stochastic solvers ``"sgd"`` and ``"adam"`` (the parallel algorithm is
   mini-batch based; L-BFGS is not);
 - ``dtype`` (float32 by default): the network computes in that type whatever the input;
-- all parameters live in one contiguous vector (see :mod:`pipeline.nn`); ``coefs_`` and
+- all parameters live in one contiguous vector (see :mod:`hmdspt.core.nn`); ``coefs_`` and
   ``intercepts_`` are views into it.
 """
 
@@ -35,8 +35,8 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
-from .nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
+from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
 
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
 
@@ -501,8 +501,8 @@ class _BaseBPNN(BaseEstimator):
         self, X_train, Y_train, X_val, y_val, batch_size: int, called_at: float | None = None
     ) -> None:
         """Train through the HMDSPT round loop on ``self.client``'s cluster."""
-        from .cluster import connect
-        from .trainer import Trainer, TrainerConfig
+        from hmdspt.parallel.cluster import connect
+        from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
         client = connect(self.client)
         seed = int(self._random_state.randint(np.iinfo(np.int32).max))
@@ -881,7 +881,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     Examples
     --------
     >>> from sklearn.datasets import load_digits
-    >>> from pipeline.estimator import BPNNClassifier
+    >>> from hmdspt.estimator import BPNNClassifier
     >>> X, y = load_digits(return_X_y=True)
     >>> clf = BPNNClassifier(hidden_layer_sizes=(64,), max_iter=30, random_state=0)
     >>> clf.fit(X / 16, y).score(X / 16, y) > 0.95

@@ -1,9 +1,9 @@
 """Discrete-event simulation of HMDSPT rounds on 8 to 4,096+ workers (pure numpy, no Dask).
 
 The simulator replaces the cluster, not the algorithm: every round it feeds the simulated
-measurements (rows, busy seconds) to the project's real :class:`pipeline.scoring.OnlineScorer`
-and asks the real :class:`pipeline.partition.RebalancePolicy` whether and how to move rows,
-exactly as :mod:`pipeline.trainer` does. Only the clock is simulated.
+measurements (rows, busy seconds) to the project's real :class:`hmdspt.core.speed.OnlineScorer`
+and asks the real :class:`hmdspt.core.partition.RebalancePolicy` whether and how to move rows,
+exactly as :mod:`hmdspt.parallel.trainer` does. Only the clock is simulated.
 
 A round (times from the round's start, DESIGN.md "The round"):
 
@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from . import partition, scoring
+from hmdspt.core import partition
+from hmdspt.core.speed import OnlineScorer
 
 __all__ = [
     "Calibration",
@@ -385,9 +386,9 @@ def simulate_run(
     probe_noise : float
         Log-normal error of the initial probe's speeds.
     rebalance_threshold, min_rows : float, int
-        Passed to :class:`pipeline.partition.RebalancePolicy`.
+        Passed to :class:`hmdspt.core.partition.RebalancePolicy`.
     halflife : float
-        Passed to :class:`pipeline.scoring.OnlineScorer`.
+        Passed to :class:`hmdspt.core.speed.OnlineScorer`.
     rebalance_every : int
         Ask the policy every this many rounds (its exact-fraction apportioning costs
         ~0.1 s at 4,096 workers).
@@ -419,7 +420,7 @@ def simulate_run(
     names = list(range(n))
 
     # the project's real scorer and policy
-    scorer = scoring.OnlineScorer(halflife=halflife)
+    scorer = OnlineScorer(halflife=halflife)
     policy = _policy(rebalance_threshold, min_rows)
     for i in names:
         scorer.add_worker(i)
@@ -654,5 +655,5 @@ def _apportion(n_rows: int, scores: dict, min_rows: int) -> dict:
 
 
 def _apply_moves(counts: dict, moves: list) -> dict:
-    """:func:`pipeline.partition.apply_moves` (the real one)."""
+    """:func:`hmdspt.core.partition.apply_moves` (the real one)."""
     return partition.apply_moves(counts, moves)

@@ -36,8 +36,8 @@ def train(folder: Path, args: argparse.Namespace) -> None:
     from sklearn.datasets import make_classification
     from sklearn.exceptions import ConvergenceWarning
 
-    from pipeline.cluster import local_cluster
-    from pipeline.estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
+    from hmdspt.parallel.cluster import local_cluster
 
     X, y = make_classification(
         n_samples=args.samples,

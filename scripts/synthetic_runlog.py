@@ -5,7 +5,7 @@ The trainer writes real logs (the monitor's tests make one with a small real fit
 demand: torn, empty and failed logs, lost and joined workers, and very long runs (the
 benchmark's 64 workers x 5,000 rounds).
 
-:class:`SyntheticRun` writes one through :class:`pipeline.runlog.RunLogWriter` (so the
+:class:`SyntheticRun` writes one through :class:`hmdspt.core.runlog.RunLogWriter` (so the
 schema is the writer's, not a copy of it): workers with speeds in a fixed ratio
 (4:2:1 by default, "emulated" as in DESIGN.md), an initial partition from noisy probe
 scores, online scores, re-balances with moves, a loss that decays and a validation score
@@ -26,17 +26,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-# Run as a script (python scripts/synthetic_runlog.py) the repository root is not on the path.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.runlog import RunLogWriter, new_run_id  # noqa: E402
+from hmdspt.core.runlog import RunLogWriter, new_run_id
 
 __all__ = ["SyntheticRun", "make_log"]
 
@@ -287,7 +283,7 @@ class SyntheticRun:
 
     def end(self, status: str = "completed", reason: str | None = None) -> SyntheticRun:
         """Write ``run_end`` (with the writer's own ``summarize``) and close the log."""
-        from pipeline.runlog import read_events, summarize
+        from hmdspt.core.runlog import read_events, summarize
 
         summary = summarize(read_events(self.path), run_id=self.run_id)
         wall = self.clock - self.t0

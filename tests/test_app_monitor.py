@@ -22,9 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.monitor import Monitor, RunMonitor, dashboard  # noqa: E402
-from app.rundata import RunData, compare_runs, emulation_label, list_runs  # noqa: E402
-from pipeline.runlog import RunLogWriter, read_events, summarize  # noqa: E402
+from hmdspt.app.monitor import Monitor, RunMonitor, dashboard  # noqa: E402
+from hmdspt.app.rundata import RunData, compare_runs, emulation_label, list_runs  # noqa: E402
+from hmdspt.core.runlog import RunLogWriter, read_events, summarize  # noqa: E402
 from scripts.synthetic_runlog import make_log  # noqa: E402
 from tests.browser.real_run import session_real_logs  # noqa: E402
 
@@ -475,7 +475,7 @@ def test_comparison_without_validation_scores_says_so(tmp_path):
 
 
 def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     assert monitor_main(tmp_path / "missing") == 2
     assert "no run log or folder" in capsys.readouterr().err

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.cli import main
-from pipeline.estimator import BPNNClassifier
+from hmdspt.cli import main
+from hmdspt.estimator import BPNNClassifier
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_bad_speeds_exit_2_with_one_line(capsys, speeds, message):
 
 
 def test_only_debug_shows_the_traceback(files):
-    args = [sys.executable, "-m", "pipeline.cli"]
+    args = [sys.executable, "-m", "hmdspt"]
     data = ["train", "--in-process", "--data", str(files / "garbage.npz")]
     plain = subprocess.run([*args, *data], capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
@@ -119,7 +119,7 @@ def test_only_debug_shows_the_traceback(files):
 
 
 def test_a_multi_line_library_message_is_cut_to_its_first_line(capsys, monkeypatch):
-    import pipeline.cli as cli
+    import hmdspt.cli as cli
 
     def boom(*_a, **_k):
         raise ValueError("Input X contains NaN.\nA long paragraph of advice.")

@@ -18,16 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import scoring
-from pipeline.checkpoint import (
+from hmdspt.core import speed
+from hmdspt.core.checkpoint import (
     CheckpointError,
     check_fingerprint,
     load_latest_checkpoint,
     read_checkpoint,
     save_checkpoint,
 )
-from pipeline.nn import MLP
-from pipeline.trainer import Trainer, TrainerConfig
+from hmdspt.core.nn import MLP
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -276,7 +276,7 @@ def test_trainer_state_round_trip(tmp_path):
     )
     assert b.scorer.score("tcp://10.0.0.8:8") == pytest.approx(2000.0)
     assert b.scorer.score("tcp://10.0.0.9:9") == pytest.approx(1000.0)
-    assert isinstance(b.scorer.estimates["tcp://10.0.0.8:8"], scoring.WorkerEstimate)
+    assert isinstance(b.scorer.estimates["tcp://10.0.0.8:8"], speed.WorkerEstimate)
 
     a._save_checkpoint(epoch=3, epoch_complete=True)
     assert _trainer(tmp_path, resume=True)._resume() == 4  # the next epoch
@@ -304,9 +304,9 @@ FIT_SCRIPT = """
 import json, sys, time, warnings
 from distributed import Client
 from sklearn.datasets import make_classification
-from pipeline.cluster import local_cluster
-from pipeline.estimator import BPNNClassifier
-from pipeline.trainer import Trainer
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.trainer import Trainer
 
 ckdir, resume, slow, out, log = sys.argv[1:6]
 if slow == "1":

@@ -8,7 +8,7 @@ import pytest
 
 def _hmdspt(*args, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
+        [sys.executable, "-m", "hmdspt", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -26,7 +26,7 @@ def test_train_in_process_on_embedded_default():
 
 
 def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_path):
-    from pipeline.runlog import read_events
+    from hmdspt.core.runlog import read_events
 
     result = _hmdspt(
         "train", "--epochs", "2", "--speeds", "2,1", "--hidden", "32", "--run-dir", str(tmp_path)
@@ -43,7 +43,7 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
 
 
 def test_train_worker_table_shows_utilisation_beside_idle(tmp_path):
-    from pipeline.runlog import read_events
+    from hmdspt.core.runlog import read_events
 
     result = _hmdspt(
         "train", "--epochs", "1", "--speeds", "2,1", "--hidden", "16", "--run-dir", str(tmp_path)

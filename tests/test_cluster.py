@@ -11,9 +11,9 @@ import pytest
 from distributed import Client
 from threadpoolctl import threadpool_info
 
-from pipeline.cluster import EmulatedLocalCluster, connect, local_cluster
-from pipeline.staging import scheduler_workers
-from pipeline.worker_tasks import (
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
+from hmdspt.parallel.worker import (
     ThrottleRecord,
     current_slowdown,
     get_slowdowns,
@@ -54,7 +54,7 @@ def test_local_cluster_rejects_bad_speeds(speeds):
 def test_speeds_may_be_any_iterable_of_numbers():
     import numpy as np
 
-    from pipeline.cluster import _check_speeds
+    from hmdspt.parallel.cluster import _check_speeds
 
     assert _check_speeds(np.array([4, 2, 1])) == (4.0, 2.0, 1.0)
     assert _check_speeds(s for s in (3, 1.5)) == (3.0, 1.5)

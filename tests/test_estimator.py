@@ -14,7 +14,7 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from pipeline.estimator import BPNNClassifier, BPNNRegressor
+from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +255,7 @@ def test_bad_parameters(digits, params, match):
 def test_checkpoint_dir_on_an_in_process_fit_writes_checkpoints_and_resumes(
     digits, tmp_path, solver, shuffle
 ):
-    from pipeline.checkpoint import load_latest_checkpoint
+    from hmdspt.core.checkpoint import load_latest_checkpoint
 
     X, y = digits
     params = dict(

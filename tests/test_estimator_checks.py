@@ -2,7 +2,7 @@
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.estimator import BPNNClassifier, BPNNRegressor
+from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 
 # No check is expected to fail. (check_array_api_input is skipped by scikit-learn itself
 # unless SCIPY_ARRAY_API=1 is set; it does not apply: the estimators compute in numpy.)

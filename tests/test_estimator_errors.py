@@ -9,9 +9,9 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits, make_classification
 
-from pipeline.checkpoint import CheckpointError, save_checkpoint
-from pipeline.cluster import connect
-from pipeline.estimator import BPNNClassifier
+from hmdspt.core.checkpoint import CheckpointError, save_checkpoint
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.cluster import connect
 
 #: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
 FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}

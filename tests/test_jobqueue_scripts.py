@@ -19,7 +19,8 @@ import dask
 import dask_jobqueue  # noqa: F401
 import pytest
 
-from pipeline.pools import (
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.pools import (
     ClusterConfigError,
     PoolSpec,
     _merge_resources,
@@ -32,7 +33,6 @@ from pipeline.pools import (
     pool_of,
     start_pools,
 )
-from pipeline.staging import scheduler_workers
 
 POOLS = [
     PoolSpec("small", count=3, cores=1, memory="2GiB", processes=1, queue="short",
@@ -392,7 +392,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
 
 
 def test_pools_timeout_names_the_missing_workers():
-    from pipeline.pools import PoolsTimeoutError
+    from hmdspt.parallel.pools import PoolsTimeoutError
 
     with start_pools("local", [PoolSpec("p", cores=1, memory="512MiB", processes=1)],
                      interface="lo") as cluster:  # fmt: skip

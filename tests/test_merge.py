@@ -1,4 +1,4 @@
-"""Tests of pipeline.merge: merging, block momentum, compression, error feedback."""
+"""Tests of hmdspt.core.merge: merging, block momentum, compression, error feedback."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.merge import (
+from hmdspt.core.merge import (
     BlockMomentum,
     CompressedDelta,
     ErrorFeedback,
@@ -29,7 +29,7 @@ def _rng(seed=0):
 
 def test_module_does_not_import_dask():
     # The core layer must stay importable without Dask; a fresh interpreter shows it.
-    code = "import sys, pipeline.merge; assert 'dask' not in sys.modules"
+    code = "import sys, hmdspt.core.merge; assert 'dask' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

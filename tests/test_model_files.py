@@ -15,18 +15,18 @@ from sklearn.datasets import make_classification
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from pipeline.estimator import BPNNClassifier, BPNNRegressor
+from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 
 sio = pytest.importorskip("skops.io")
 
 #: The types a fitted BPNNClassifier may ask skops to trust (docs/security.md).
 SKOPS_TRUSTED = {
     "numpy.dtype",
-    "pipeline.estimator.BPNNClassifier",
-    "pipeline.estimator.BPNNRegressor",
-    "pipeline.nn.AdamOptimizer",
-    "pipeline.nn.MLP",
-    "pipeline.nn.SGDOptimizer",
+    "hmdspt.estimator.BPNNClassifier",
+    "hmdspt.estimator.BPNNRegressor",
+    "hmdspt.core.nn.AdamOptimizer",
+    "hmdspt.core.nn.MLP",
+    "hmdspt.core.nn.SGDOptimizer",
 }
 
 #: An address nothing listens on: a model that kept it would try to connect there.

@@ -4,7 +4,7 @@ A run log is data written by whoever can write the folder: one bad line or event
 take the page down (it is skipped and counted), and no text from a log is ever rendered as
 markup (Markdown or HTML), so a log cannot make the browser fetch a URL.
 
-``ServedMonitor`` serves the monitor the way users start it (``python -m pipeline.cli
+``ServedMonitor`` serves the monitor the way users start it (``python -m hmdspt
 monitor``) and reads the page as a browser gets it, over Bokeh's websocket
 (``bokeh.client.pull_session``); ``tests/test_security.py`` uses it for real logins.
 """
@@ -29,9 +29,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.monitor import RunMonitor, dashboard  # noqa: E402
-from app.rundata import RunData, compare_runs, list_runs  # noqa: E402
-from pipeline.runlog import RunLogTail, RunLogWriter, read_events, summarize  # noqa: E402
+from hmdspt.app.monitor import RunMonitor, dashboard  # noqa: E402
+from hmdspt.app.rundata import RunData, compare_runs, list_runs  # noqa: E402
+from hmdspt.core.runlog import RunLogTail, RunLogWriter, read_events, summarize  # noqa: E402
 
 BEACON = "http://127.0.0.1:9/beacon.png"  # port 9 (discard): nothing answers there
 
@@ -42,7 +42,7 @@ BEACON = "http://127.0.0.1:9/beacon.png"  # port 9 (discard): nothing answers th
 
 
 class ServedMonitor:
-    """``python -m pipeline.cli monitor PATH --port N ARGS...`` as a subprocess.
+    """``python -m hmdspt monitor PATH --port N ARGS...`` as a subprocess.
 
     Started without a shell, so :meth:`stop` signals the server's own PID.
     """
@@ -51,7 +51,7 @@ class ServedMonitor:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.cmd = [sys.executable, "-m", "pipeline.cli", "monitor", str(path)]
+        self.cmd = [sys.executable, "-m", "hmdspt", "monitor", str(path)]
         self.cmd += ["--port", str(self.port), *args]
         self.log_dir = Path(log_dir)
         self.proc: subprocess.Popen | None = None

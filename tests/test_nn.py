@@ -7,7 +7,7 @@ import pytest
 from sklearn.neural_network._stochastic_optimizers import AdamOptimizer as SkAdam
 from sklearn.neural_network._stochastic_optimizers import SGDOptimizer as SkSGD
 
-from pipeline.nn import MLP, AdamOptimizer, SGDOptimizer, make_optimizer, minibatch_pass
+from hmdspt.core.nn import MLP, AdamOptimizer, SGDOptimizer, make_optimizer, minibatch_pass
 
 HIDDEN = ["identity", "logistic", "tanh", "relu"]
 OUTPUTS = ["softmax", "logistic", "identity"]
@@ -199,7 +199,7 @@ def test_training_loop_allocates_nothing_per_batch():
     opt = AdamOptimizer(model.n_params)
     order = rng.permutation(4096)
     minibatch_pass(model, opt, X, Y, order, 256)  # warm up: buffers for this size
-    from pipeline.nn import BatchBuffers
+    from hmdspt.core.nn import BatchBuffers
 
     buffers = BatchBuffers(256, 50, 10, np.float32)
     tracemalloc.start()
@@ -223,7 +223,7 @@ def test_softmax_rows_far_below_the_batch_maximum_stay_exact():
     """The global-max shift falls back to a per-row shift where a row would underflow."""
     from scipy.special import softmax
 
-    from pipeline.nn import _activate_inplace
+    from hmdspt.core.nn import _activate_inplace
 
     logits = np.array([[1000.0, 0.0, -1.0], [0.0, 1.0, 2.0], [-2000.0, -2001.0, -1999.0]])
     for dtype in (np.float32, np.float64):

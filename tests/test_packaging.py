@@ -72,4 +72,4 @@ def test_readme_python_example_runs():
 
 def test_console_script_is_declared():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["hmdspt"] == "pipeline.cli:main"
+    assert project["scripts"]["hmdspt"] == "hmdspt.cli:main"

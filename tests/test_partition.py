@@ -1,4 +1,4 @@
-"""Tests of pipeline.partition: apportioning, move plans and the rebalancing hysteresis."""
+"""Tests of hmdspt.core.partition: apportioning, move plans and the rebalancing hysteresis."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.partition import (
+from hmdspt.core.partition import (
     Move,
     RebalancePolicy,
     apply_moves,

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks import bench_peers as bp
 from benchmarks.peers import install
-from pipeline.compare import RunResult
+from hmdspt.compare import RunResult
 
 
 def _run(system, config, wall, curve, final=0.95, startup=None):

@@ -16,12 +16,12 @@ import pytest
 from distributed import Client
 from sklearn.datasets import make_classification
 
-from pipeline.cluster import local_cluster
-from pipeline.nn import MLP
-from pipeline.runlog import read_events
-from pipeline.staging import scheduler_workers
-from pipeline.trainer import Trainer, TrainerConfig
-from pipeline.worker_tasks import get_slowdowns, set_slowdown
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
+from hmdspt.parallel.worker import get_slowdowns, set_slowdown
 
 STRAGGLER_ROUND = 3  # the slowdown is applied once this many rounds are logged
 SLOWDOWN = 4.0  # factor by which the straggler's speed drops

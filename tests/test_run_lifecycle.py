@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, WorkerPlugin
 
-from pipeline.nn import MLP
-from pipeline.runlog import read_events
-from pipeline.trainer import Trainer, TrainerConfig
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -31,7 +31,7 @@ INTERRUPTED_DRIVER = """
 import sys, warnings
 import numpy as np
 from distributed import Client, LocalCluster
-from pipeline.estimator import BPNNClassifier
+from hmdspt.estimator import BPNNClassifier
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((20000, 20)).astype(np.float32)
@@ -56,8 +56,8 @@ REMOTE_DRIVER = """
 import sys
 import numpy as np
 from distributed import Client
-from pipeline.nn import MLP
-from pipeline.trainer import Trainer, TrainerConfig
+from hmdspt.core.nn import MLP
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((8000, 20)).astype(np.float32)
@@ -164,7 +164,7 @@ def _trainer(client: Client, **config) -> Trainer:
 
 def _leftovers(cluster: LocalCluster) -> dict[str, dict]:
     """What each worker still holds: any data, HMDSPT run state, keys of ended runs."""
-    from pipeline.worker_tasks import orphan_keys, run_ids_held
+    from hmdspt.parallel.worker import orphan_keys, run_ids_held
 
     left = {}
     for name, worker in cluster.workers.items():

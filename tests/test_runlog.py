@@ -1,4 +1,4 @@
-"""Tests of pipeline.runlog: writer, readers, tail and summary."""
+"""Tests of hmdspt.core.runlog: writer, readers, tail and summary."""
 
 import json
 import os
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import runlog
-from pipeline.runlog import (
+from hmdspt.core import runlog
+from hmdspt.core.runlog import (
     EVENT_TYPES,
     SCHEMA_VERSION,
     RunLogTail,
@@ -373,5 +373,5 @@ def test_summarize_empty():
 
 
 def test_module_does_not_import_dask():
-    code = "import sys, pipeline.runlog; assert 'dask' not in sys.modules"
+    code = "import sys, hmdspt.core.runlog; assert 'dask' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
-from pipeline import worker_tasks
-from pipeline.scoring import OnlineScorer, ProbeResult, probe_workers, score_workers
-from pipeline.staging import scheduler_workers
-from pipeline.worker_tasks import chunk_speed, probe_task
+from hmdspt.core.speed import OnlineScorer, ProbeResult, chunk_speed
+from hmdspt.parallel import worker
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.scoring import probe_workers, score_workers
+from hmdspt.parallel.worker import probe_task
 
 LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape
 
@@ -23,7 +24,7 @@ LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape
 # ------------------------------------------------------------------------- OnlineScorer
 def test_scoring_module_imports_no_dask():
     code = (
-        "import sys; from pipeline.scoring import OnlineScorer; "
+        "import sys; from hmdspt.core.speed import OnlineScorer; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]; "
         "assert not bad, bad"
     )
@@ -177,7 +178,7 @@ def test_adaptive_probe_chunks_shrink_to_fit_a_row_budget(monkeypatch):
     # A budget of 8 chunks of 2 batches makes 2-batch chunks, not the default 16, so the
     # minimum of 8 chunks costs the budget's rows, not 8 x 16 batches. (The compute floor
     # of a chunk depends on this machine's speed: zero here, so the test does not.)
-    monkeypatch.setattr(worker_tasks, "MIN_PROBE_CHUNK_CPU_S", 0.0)
+    monkeypatch.setattr(worker, "MIN_PROBE_CHUNK_CPU_S", 0.0)
     kw = dict(batch_size=32, min_seconds=0.0, max_seconds=10.0)
     r = probe_task(SMALL, rel_tol=0.0, max_rows=8 * 64, **kw)
     assert r["stop"] == "max_rows"
@@ -186,7 +187,7 @@ def test_adaptive_probe_chunks_shrink_to_fit_a_row_budget(monkeypatch):
     r = probe_task(SMALL, rel_tol=1.0, **kw)
     assert r["rows"] == 16 * 32 * r["chunks"]
     # The floor: chunks never shrink below MIN_PROBE_CHUNK_CPU_S of compute.
-    monkeypatch.setattr(worker_tasks, "MIN_PROBE_CHUNK_CPU_S", 1.0)
+    monkeypatch.setattr(worker, "MIN_PROBE_CHUNK_CPU_S", 1.0)
     r = probe_task(SMALL, rel_tol=1.0, max_rows=8 * 64, **kw)
     assert r["rows"] == 16 * 32 * r["chunks"]
 
@@ -204,7 +205,7 @@ def test_probe_trains_on_aligned_copies_of_misaligned_sample_rows(monkeypatch):
     # The row gather on misaligned float32 rows was measured 2.4x slower: the probe would
     # then score workers by the speed of a gather that training (on aligned shards) never
     # does.
-    import pipeline.worker_tasks as wt
+    import hmdspt.parallel.worker as wt
 
     seen = []
 
@@ -243,7 +244,7 @@ def test_probe_task_checks_its_settings():
 def emulated():
     from distributed import Client
 
-    from pipeline.cluster import local_cluster
+    from hmdspt.parallel.cluster import local_cluster
 
     with local_cluster((4, 2, 1)) as cluster, Client(cluster) as client:
         yield cluster, client

@@ -12,18 +12,18 @@ import pytest
 from distributed import Client
 from sklearn.datasets import load_digits, make_classification
 
-from pipeline.cluster import local_cluster
-from pipeline.estimator import BPNNClassifier
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.cluster import local_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Types a fitted BPNNClassifier holds besides builtins and numpy arrays; the only
 #: ones to pass as ``trusted`` to ``skops.io.load`` (see docs/security.md).
-SKOPS_TRUSTED = [
+SKOPS_TRUSTED = [  # sorted, as the test compares it with skops' sorted list
+    "hmdspt.core.nn.AdamOptimizer",
+    "hmdspt.core.nn.MLP",
+    "hmdspt.estimator.BPNNClassifier",
     "numpy.dtype",
-    "pipeline.estimator.BPNNClassifier",
-    "pipeline.nn.AdamOptimizer",
-    "pipeline.nn.MLP",
 ]
 
 
@@ -61,7 +61,7 @@ def test_a_fit_runs_end_to_end_over_tls(tmp_path):
                 warnings.simplefilter("ignore")
                 clf.fit(X[:2400], y[:2400], eval_set=(X[2400:], y[2400:]))
     assert clf.score(X[2400:], y[2400:]) > 0.5
-    from pipeline.runlog import read_events
+    from hmdspt.core.runlog import read_events
 
     events = read_events(clf.run_log_path_)
     assert events[-1]["status"] == "completed"
@@ -81,7 +81,7 @@ def test_a_plain_client_cannot_talk_to_a_tls_cluster():
 def test_monitor_passes_basic_auth_and_cookie_secret_to_panel(tmp_path, monkeypatch):
     import panel as pn
 
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     calls = []
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
@@ -101,7 +101,7 @@ def test_monitor_passes_basic_auth_and_cookie_secret_to_panel(tmp_path, monkeypa
 def test_monitor_warns_when_exposed_without_a_password(tmp_path, monkeypatch, capsys):
     import panel as pn
 
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: None)
     monitor_main(tmp_path, port=1, address="0.0.0.0")
@@ -111,13 +111,17 @@ def test_monitor_warns_when_exposed_without_a_password(tmp_path, monkeypatch, ca
 
 
 def test_the_app_and_the_run_log_reader_never_unpickle():
-    files = sorted((ROOT / "app").rglob("*.py")) + [ROOT / "pipeline" / "runlog.py"]
+    import hmdspt.app
+    import hmdspt.core.runlog
+
+    app_files = Path(hmdspt.app.__file__).parent.rglob("*.py")
+    files = sorted(app_files) + [Path(hmdspt.core.runlog.__file__)]
     pattern = re.compile(
         r"\bimport pickle\b|\bpickle\.|cloudpickle|\bjoblib\.load|allow_pickle\s*=\s*True"
         r"|pd\.read_pickle|\bmarshal\.|\bshelve\b|yaml\.load\(|\beval\("
     )
     hits = [
-        f"{f.relative_to(ROOT)}:{i}: {line.strip()}"
+        f"{f}:{i}: {line.strip()}"
         for f in files
         for i, line in enumerate(f.read_text().splitlines(), 1)
         if pattern.search(line)
@@ -260,7 +264,7 @@ def test_monitor_refuses_a_malformed_basic_auth_file(tmp_path, monkeypatch, caps
                                                      problem):  # fmt: skip
     import panel as pn
 
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     calls = []
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
@@ -276,7 +280,7 @@ def test_monitor_refuses_a_basic_auth_path_that_does_not_exist(tmp_path, monkeyp
     """A missing file is not silently taken as the password (the file's name)."""
     import panel as pn
 
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: None)
     assert monitor_main(tmp_path, port=1, basic_auth=str(tmp_path / "missing.passwd")) == 2
@@ -288,7 +292,7 @@ def test_monitor_refuses_a_basic_auth_path_that_does_not_exist(tmp_path, monkeyp
 def test_monitor_warns_about_a_password_file_others_can_read(tmp_path, monkeypatch, capsys):
     import panel as pn
 
-    from app.cli import monitor_main
+    from hmdspt.app.cli import monitor_main
 
     calls = []
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import partition, scoring
-from pipeline.simulate import Drift, NetworkModel, Stragglers, calibrate, simulate_run
+from hmdspt.core import partition, speed
+from hmdspt.simulate import Drift, NetworkModel, Stragglers, calibrate, simulate_run
 
 FREE = NetworkModel.free()
 
@@ -70,7 +70,7 @@ def test_tree_merge_grows_like_log_n_flat_like_n() -> None:
 
 def test_straggler_makes_real_policy_move_rows_away(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"update": 0, "decide": 0}
-    real_update = scoring.OnlineScorer.update
+    real_update = speed.OnlineScorer.update
     real_decide = partition.RebalancePolicy.decide
 
     def update(self, *a, **k):
@@ -81,7 +81,7 @@ def test_straggler_makes_real_policy_move_rows_away(monkeypatch: pytest.MonkeyPa
         calls["decide"] += 1
         return real_decide(self, *a, **k)
 
-    monkeypatch.setattr(scoring.OnlineScorer, "update", update)
+    monkeypatch.setattr(speed.OnlineScorer, "update", update)
     monkeypatch.setattr(partition.RebalancePolicy, "decide", decide)
     res = simulate_run(
         4,
@@ -96,7 +96,7 @@ def test_straggler_makes_real_policy_move_rows_away(monkeypatch: pytest.MonkeyPa
     assert res.rows[0, 0] == 10_000
     assert res.rows[-1, 0] < 0.5 * 10_000  # rows moved away from the straggler
     assert res.rows_moved.sum() > 0
-    assert isinstance(res.scorer, scoring.OnlineScorer)
+    assert isinstance(res.scorer, speed.OnlineScorer)
     assert res.scorer.score(0) < 0.5 * res.scorer.score(1)
     # after re-balancing the round is much shorter than with the straggler's full share
     assert res.wall_s[-1] < 0.6 * res.wall_s[2]

@@ -1,7 +1,7 @@
 """Integration tests against a real single-node SLURM (started by ci/slurm/start.sh).
 
 Two pools of different sizes, a 1-core and a 2-core job, are submitted through ``sbatch``
-by :func:`pipeline.pools.start_pools` and attach to one scheduler; they are scored, an
+by :func:`hmdspt.parallel.pools.start_pools` and attach to one scheduler; they are scored, an
 HMDSPT fit runs on them end to end, and the run log must show both pools taking part with
 rows following their scores. Then a pool's job is cancelled (``scancel``) and, in the
 other test, retired by its ``--lifetime`` (the graceful way to meet a walltime) in the
@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from pipeline.estimator import BPNNClassifier
-from pipeline.pools import PoolSpec, start_pools
-from pipeline.runlog import read_events, summarize
-from pipeline.scoring import score_workers
-from pipeline.staging import scheduler_workers
-from pipeline.trainer import TrainingError
+from hmdspt.core.runlog import read_events, summarize
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.pools import PoolSpec, start_pools
+from hmdspt.parallel.scoring import score_workers
+from hmdspt.parallel.trainer import TrainingError
 
 # Short fits on purpose: max_iter is reached long before convergence.
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -11,17 +11,12 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.cluster import local_cluster
-from pipeline.nn import MLP
-from pipeline.runlog import read_events
-from pipeline.staging import scheduler_workers
-from pipeline.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
-from pipeline.worker_tasks import (
-    MIN_REMEMBERED_BUSY_S,
-    forget_speeds,
-    remembered_speed,
-    speed_key,
-)
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
+from hmdspt.parallel.worker import MIN_REMEMBERED_BUSY_S, forget_speeds, remembered_speed, speed_key
 
 HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.3 s busy)
 

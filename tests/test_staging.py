@@ -15,13 +15,22 @@ from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import staging
-from pipeline.staging import (
-    Shard,
-    StagedData,
-    equal_counts,
-    rebalance,
+from hmdspt.core.shard import Shard, _permutation
+from hmdspt.parallel.client import (
+    WorkerLostError,
+    _wait_ok,
+    scatter_to,
     scheduler_workers,
+    wait_some,
+)
+from hmdspt.parallel.readers import _npz_rows
+from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
+from hmdspt.parallel.shards import (
+    StagedData,
+    _concat_shards,
+    _shard_head,
+    _shard_tail,
+    equal_counts,
     stage,
 )
 
@@ -150,11 +159,11 @@ def test_npz_streaming_keeps_exactly_the_wanted_rows(
     path = tmp_path_factory.mktemp("npz") / "a.npz"
     (np.savez_compressed if compressed else np.savez)(path, a=a)
     wanted = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1)))), dtype=np.int64)
-    got = staging._npz_rows(str(path), "a", wanted, n, None, chunk_bytes)
+    got = _npz_rows(str(path), "a", wanted, n, None, chunk_bytes)
     np.testing.assert_array_equal(got, a[wanted])
     # With an order, row wanted[i] lands at position order[i] (shard order).
     order = np.random.default_rng(n).permutation(len(wanted))
-    got = staging._npz_rows(str(path), "a", wanted, n, order, chunk_bytes)
+    got = _npz_rows(str(path), "a", wanted, n, order, chunk_bytes)
     np.testing.assert_array_equal(got[order], a[wanted])
 
 
@@ -162,9 +171,9 @@ def test_split_and_concat_keep_every_row():
     s = Shard(
         X=np.arange(20, dtype=np.float32).reshape(10, 2), y=np.arange(10), row_ids=np.arange(10)
     )
-    head, tail = staging._shard_head(s, 7), staging._shard_tail(s, 3)
+    head, tail = _shard_head(s, 7), _shard_tail(s, 3)
     assert head.X.base is None  # copies: the old shard's buffers can be freed
-    joined = staging._concat_shards(None, head, tail)
+    joined = _concat_shards(None, head, tail)
     np.testing.assert_array_equal(joined.row_ids, np.arange(10))
     np.testing.assert_array_equal(joined.X, s.X)
 
@@ -228,7 +237,7 @@ def test_stage_every_source_gives_the_same_audited_shards(client, workers, data,
         assert staged.has_labels
         shards = audit(client, staged, X, y)
         # Same seed and counts -> the same rows on the same workers, whatever the source.
-        expected_ids = staging._permutation(7, N)
+        expected_ids = _permutation(7, N)
         start = 0
         for w, c in counts.items():
             np.testing.assert_array_equal(shards[w].row_ids, expected_ids[start : start + c])
@@ -257,7 +266,7 @@ def test_skip_lost_stages_the_others_as_planned_and_leaves_the_lost_rows_out(
     try:
         assert staged.counts == {workers[0]: 1000, workers[1]: 800}
         shards = {w: client.gather(f) for w, f in staged.futures.items()}
-        ids = staging._permutation(7, N)  # each survivor has the rows it was planned
+        ids = _permutation(7, N)  # each survivor has the rows it was planned
         np.testing.assert_array_equal(shards[workers[0]].row_ids, ids[:1000])
         np.testing.assert_array_equal(shards[workers[1]].row_ids, ids[2200:])
         for shard in shards.values():
@@ -451,25 +460,25 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
         while b in scheduler_workers(client):
             time.sleep(0.1)
 
-        with pytest.raises(staging.WorkerLostError, match="left the cluster"):
+        with pytest.raises(WorkerLostError, match="left the cluster"):
             rebalance(client, staged, [Move(b, a, 500)])
         assert staged.counts == {a: 2000, b: 1000}  # the old placement is not replaced
         assert staged.futures[a].status == "finished"
 
         # The wait itself, for a task already pinned to the departed worker.
         stuck = client.submit(len, [1], workers=[b], allow_other_workers=False, pure=False)
-        with pytest.raises(staging.WorkerLostError, match=b):
-            staging._wait_ok([stuck], [b])
+        with pytest.raises(WorkerLostError, match=b):
+            _wait_ok([stuck], [b])
         stuck.cancel()
 
         # Re-staging onto a departed worker fails without spoiling the placement it
         # started from: a's shard, already merged with new rows, is still there as it was.
-        survivors = staging.drop_workers(staged, [b])
-        before = staging.held_row_ids(survivors)[a]
-        with pytest.raises(staging.WorkerLostError, match=b):
-            staging.add_rows(client, survivors, X, y, {a: np.arange(10), b: np.arange(10, 20)})
+        survivors = drop_workers(staged, [b])
+        before = held_row_ids(survivors)[a]
+        with pytest.raises(WorkerLostError, match=b):
+            add_rows(client, survivors, X, y, {a: np.arange(10), b: np.arange(10, 20)})
         gc.collect()
-        np.testing.assert_array_equal(staging.held_row_ids(survivors)[a], before)
+        np.testing.assert_array_equal(held_row_ids(survivors)[a], before)
         staged.release()
 
 
@@ -485,11 +494,11 @@ def test_a_scatter_to_a_paused_worker_names_its_status_after_the_timeout():
         while scheduler_workers(client)[worker.address]["status"] != "paused":
             time.sleep(0.05)
         with pytest.raises(TimeoutError, match="status 'paused'"):
-            staging.scatter_to(client, np.arange(3), worker.address, timeout=1.0)
+            scatter_to(client, np.arange(3), worker.address, timeout=1.0)
         memory.memory_pause_fraction = usual
         while scheduler_workers(client)[worker.address]["status"] != "running":
             time.sleep(0.05)
-        sent = staging.scatter_to(client, np.arange(3), worker.address, timeout=1.0)
+        sent = scatter_to(client, np.arange(3), worker.address, timeout=1.0)
         np.testing.assert_array_equal(sent.result(), np.arange(3))
 
 
@@ -557,7 +566,7 @@ def test_shards_arrive_aligned_on_workers():
     re-aligned: numpy's gather on misaligned float32 data was measured ~260x slower."""
     import pickle
 
-    from pipeline.staging import Shard
+    from hmdspt.core.shard import Shard
 
     shard = Shard(
         X=np.random.default_rng(0).random((100, 40), dtype=np.float32),
@@ -589,9 +598,9 @@ def test_wait_some_returns_on_timeout_and_holds_no_futures_after(client):
     def caller():
         held = client.scatter(np.arange(10), hash=False)  # only this frame refers to it
         slow = client.submit(_sleep_then, held, 1.0, pure=False)
-        done, not_done = staging.wait_some([slow], 0.05)
+        done, not_done = wait_some([slow], 0.05)
         assert done == set() and not_done == {slow}
-        done, not_done = staging.wait_some([slow], 30)
+        done, not_done = wait_some([slow], 30)
         assert done == {slow} and not_done == set()
         return held.key
 

@@ -14,12 +14,12 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline import staging
-from pipeline.cluster import local_cluster
-from pipeline.estimator import BPNNClassifier
-from pipeline.nn import MLP
-from pipeline.runlog import read_events
-from pipeline.trainer import Trainer, TrainerConfig, TrainingError
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def _pause(cluster, trainer, worker):
     """The worker stays in the cluster but runs nothing, as when it is over its memory."""
     (held,) = [w for w in cluster.workers.values() if w.address == worker]
     held.memory_manager.memory_pause_fraction = 1e-6
-    while staging.scheduler_workers(trainer.client)[worker]["status"] != "paused":
+    while scheduler_workers(trainer.client)[worker]["status"] != "paused":
         time.sleep(0.05)
 
 
@@ -392,7 +392,7 @@ def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data
 
 
 def test_round_schedule_ramps_up_and_ends_every_epoch_with_one_round_left():
-    from pipeline.trainer import round_schedule
+    from hmdspt.parallel.trainer import round_schedule
 
     assert round_schedule(1) == [1]
     assert round_schedule(3) == [3, 2, 1]

@@ -21,13 +21,13 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits, make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.cluster import local_cluster
-from pipeline.estimator import BPNNClassifier
-from pipeline.nn import MLP, divergence_message
-from pipeline.partition import fitting_workers
-from pipeline.runlog import read_events
-from pipeline.staging import scheduler_workers
-from pipeline.trainer import Trainer, TrainerConfig, TrainingError
+from hmdspt.core.nn import MLP, divergence_message
+from hmdspt.core.partition import fitting_workers
+from hmdspt.core.runlog import read_events
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.cluster import local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
 
 def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -16,10 +16,10 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.estimator import BPNNClassifier
-from pipeline.nn import MLP
-from pipeline.runlog import read_events, summarize
-from pipeline.trainer import Trainer, TrainerConfig
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events, summarize
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
 #: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
 FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}

@@ -1,7 +1,7 @@
 """One in-process peer, run by ``bench_peers`` inside a testbed slot.
 
 ``--system sklearn``: scikit-learn's ``MLPClassifier``, one ``partial_fit`` per epoch and
-the held-out curve rows scored after each (``pipeline.compare``'s run, scoring left out
+the held-out curve rows scored after each (``hmdspt.compare``'s run, scoring left out
 of the curve's times). ``--system bpnn``: ``BPNNClassifier(client=None)`` with
 ``eval_set``, its ``eval_curve_`` shifted to start at the ``fit()`` call. Reads the
 benchmark's ``.npz`` and writes one JSON (wall seconds, curve, final test accuracy).
@@ -18,8 +18,8 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from pipeline.compare import _sklearn_run
-from pipeline.estimator import BPNNClassifier
+from hmdspt.compare import _sklearn_run
+from hmdspt.estimator import BPNNClassifier
 
 
 def run(system: str, data, params: dict) -> dict:

@@ -9,6 +9,7 @@ app itself (``BOKEH_RESOURCES=server``), the server stopped by its own PID.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -20,8 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app" / "monitor.py"
+# The installed app's file, wherever the installation put it (not the checkout's layout).
+APP = Path(importlib.util.find_spec("hmdspt.app.monitor").origin)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     # Chromium phones Google at start; map every host but the app's to nothing.

@@ -58,8 +58,8 @@ def real_fit(
     from sklearn.datasets import make_classification
     from sklearn.exceptions import ConvergenceWarning
 
-    from pipeline.cluster import local_cluster
-    from pipeline.estimator import BPNNClassifier
+    from hmdspt.estimator import BPNNClassifier
+    from hmdspt.parallel.cluster import local_cluster
 
     path = Path(path)
     X, y = make_classification(
@@ -103,7 +103,7 @@ def real_runs(
     """
     from distributed import Client
 
-    from pipeline.cluster import local_cluster
+    from hmdspt.parallel.cluster import local_cluster
 
     folder = Path(folder)
     out = {}

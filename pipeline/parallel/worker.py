@@ -35,8 +35,9 @@ from distributed import WorkerPlugin, get_worker
 from distributed.utils import sync
 from distributed.worker_state_machine import FreeKeysEvent
 
-from pipeline.merge import ErrorFeedback, compress
-from pipeline.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
+from hmdspt.core.merge import ErrorFeedback, compress
+from hmdspt.core.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
+from hmdspt.core.speed import PROBE_ESTIMATORS, chunk_speed
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
@@ -49,8 +50,6 @@ __all__ = [
     "ThrottleRecord",
     "current_slowdown",
     "get_slowdowns",
-    "PROBE_ESTIMATORS",
-    "chunk_speed",
     "drop_run_state",
     "drop_runs",
     "forget_speeds",
@@ -101,7 +100,7 @@ class SlowdownPlugin(WorkerPlugin):
     Notes
     -----
     Give each worker its own instance (``plugins={SlowdownPlugin(k)}`` in the worker's
-    options, as :func:`pipeline.cluster.local_cluster` does), or register one instance with
+    options, as :func:`hmdspt.parallel.cluster.local_cluster` does), or register one instance with
     ``Client.register_plugin`` to slow down every worker alike.
     """
 
@@ -218,11 +217,6 @@ def get_slowdowns(client: Client) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------- probe
-# Normal-theory constants of the median's standard error from the median absolute
-# deviation: sigma ~ 1.4826 MAD, se(median) ~ sqrt(pi / 2) sigma / sqrt(n).
-_MAD_TO_SIGMA = 1.4826
-_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
-PROBE_ESTIMATORS = ("trimmed", "median")
 
 
 def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activation: str):
@@ -253,82 +247,6 @@ def batches_per_chunk(cpu_s: float, batches: int, target_s: float = CHUNK_CPU_S)
     return max(1, int(np.ceil(target_s * batches / cpu_s)))
 
 
-def chunk_speed(
-    rows: Sequence[float],
-    walls: Sequence[float],
-    estimator: str = "trimmed",
-    hiccup_factor: float = 3.0,
-) -> tuple[float, float, int]:
-    """Speed of a worker from its timed chunks, its relative standard error, chunks dropped.
-
-    Parameters
-    ----------
-    rows : sequence of float
-        Rows of each chunk.
-    walls : sequence of float
-        Wall seconds of each chunk (emulation sleeps included).
-    estimator : {"trimmed", "median"}, default="trimmed"
-        ``"trimmed"``: drop the hiccups, chunks whose seconds per row exceed
-        ``hiccup_factor`` times the median, then total rows over total seconds of the rest;
-        the relative standard error is that of the mean seconds per row of the kept chunks.
-        ``"median"``: the median of the chunk speeds; its relative standard error is
-        ``sqrt(pi / 2) * 1.4826 * MAD / sqrt(n) / median`` (the median of normal draws, the
-        spread taken from the median absolute deviation); nothing is dropped.
-    hiccup_factor : float, default=3.0
-        ``"trimmed"`` only: how many times slower than the median a chunk must be to count
-        as a hiccup rather than as contention.
-
-    Returns
-    -------
-    speed : float
-        Samples per second.
-    rel_se : float
-        Relative standard error of ``speed``; ``inf`` with fewer than two chunks.
-    dropped : int
-        Chunks dropped as hiccups.
-
-    Notes
-    -----
-    Why trimmed by default, not the median: what a round will achieve is its rows over its
-    seconds, the time average. Contention from neighbours is not a rare hiccup but part of
-    that average: measured on the emulated 4:2:1 cluster, the fastest worker's chunks run
-    steadily at one speed and, while a neighbour's duty cycle overlaps them, 1.2-2x slower.
-    The median ignores that slower minority and scored the fastest worker 5-20 % too fast
-    (against ``rows / busy_s`` of a 1-2 s probe). A hiccup (a foreign process, a garbage
-    collection, a stalled heartbeat) stretches a chunk several-fold; dropping chunks slower
-    than ``hiccup_factor`` times the median removes those and keeps the contention.
-    Measured, a 99th-percentile chunk took 1.4-2.3x the median time.
-
-    Examples
-    --------
-    >>> rows, walls = [100] * 5, [1.0, 1.0, 1.0, 1.5, 10.0]  # contention, then a hiccup
-    >>> chunk_speed(rows, walls)[::2]  # 400 rows in 4.5 s; the 10 s chunk dropped
-    (88.88888888888889, 1)
-    >>> chunk_speed(rows, walls, "median")[::2]
-    (100.0, 0)
-    """
-    r = np.asarray(rows, dtype=np.float64)
-    w = np.asarray(walls, dtype=np.float64)
-    if estimator == "median":
-        x = r / w
-        median = float(np.median(x))
-        if x.size < 2 or median <= 0.0:
-            return median, math.inf, 0
-        mad = float(np.median(np.abs(x - median)))
-        rel_se = _MEDIAN_SE_FACTOR * _MAD_TO_SIGMA * mad / math.sqrt(x.size) / median
-        return median, rel_se, 0
-    if estimator != "trimmed":
-        raise ValueError(f"estimator must be one of {PROBE_ESTIMATORS}, got {estimator!r}")
-    t = w / r  # seconds per row of each chunk
-    keep = t <= hiccup_factor * np.median(t)
-    speed = float(r[keep].sum() / w[keep].sum())
-    n = int(keep.sum())
-    if n < 2:
-        return speed, math.inf, int(t.size - n)
-    tk = t[keep]
-    return speed, float(tk.std(ddof=1) / math.sqrt(n) / tk.mean()), int(t.size - n)
-
-
 def probe_task(
     layer_sizes: Sequence[int],
     seconds: float | None = None,
@@ -352,21 +270,22 @@ def probe_task(
 ) -> dict[str, Any]:
     """Measure this worker's training speed with real Adam steps of the real model shape.
 
-    Trains the model shape with :func:`pipeline.nn.minibatch_pass` (the round's own loop,
+    Trains the model shape with :func:`hmdspt.core.nn.minibatch_pass` (the round's own loop,
     row gather included) in chunks of ``chunk_batches`` mini-batches, each under
     :func:`throttled` as in a training round, and times every chunk in wall seconds. Submit
-    it to every worker at once (see :func:`pipeline.scoring.score_workers`): run
+    it to every worker at once (see :func:`hmdspt.parallel.scoring.score_workers`): run
     concurrently, the workers contend for the machine as they will in training.
 
     Two modes:
 
     - **adaptive** (``seconds=None``, the default): after every chunk, stop when at least
       ``min_seconds`` and ``min_chunks`` are done and the relative standard error of the
-      speed estimated from the chunks (:func:`chunk_speed`) is below ``rel_tol``, or when
-      ``max_rows`` rows are done (never before that minimum), or at ``max_seconds``
-      whatever the precision. A steady worker stops after about ``min_seconds``; a noisy
-      one probes longer, up to ``max_seconds``. The speed is robust to hiccups: by default
-      the time average of the chunks without the hiccups, optionally their median.
+      speed estimated from the chunks (:func:`~hmdspt.core.speed.chunk_speed`) is below
+      ``rel_tol``, or when ``max_rows`` rows are done (never before that minimum), or at
+      ``max_seconds`` whatever the precision. A steady worker stops after about
+      ``min_seconds``; a noisy one probes longer, up to ``max_seconds``. The speed is robust
+      to hiccups: by default the time average of the chunks without the hiccups, optionally
+      their median.
     - **fixed** (``seconds`` given, the original probe): chunks until ``seconds`` of busy
       wall time have passed; the speed is ``rows / busy_s``.
 
@@ -387,7 +306,7 @@ def probe_task(
     n_rows : int, default=4096
         Synthetic rows to cycle through when ``X`` is None.
     hidden_activation, out_activation : str
-        As in :class:`pipeline.nn.MLP`.
+        As in :class:`hmdspt.core.nn.MLP`.
     chunk_batches : int, default=16
         Mini-batches per throttled chunk: the training round's default
         (:class:`RoundSpec`), so that the emulated duty cycle, and the contention it
@@ -410,7 +329,7 @@ def probe_task(
         shrink below ``chunk_batches`` so that ``min_chunks`` of them fit the budget, down
         to ``MIN_PROBE_CHUNK_CPU_S`` of compute each.
     estimator : {"trimmed", "median"}, default="trimmed"
-        Adaptive mode: how the chunks make one speed; see :func:`chunk_speed`.
+        Adaptive mode: how the chunks make one speed; see :func:`~hmdspt.core.speed.chunk_speed`.
     hiccup_factor : float, default=3.0
         Adaptive mode, ``"trimmed"``: a chunk that many times slower than the median chunk
         is a hiccup and left out.
@@ -473,7 +392,7 @@ def probe_task(
         raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
     # Arrays that arrive through Dask's comms can be misaligned (measured: float32 rows at
     # an odd address), and the row gather on them ran the probe 2.4x slower than training
-    # on staged shards, which are copied to aligned memory (see ``pipeline.staging.Shard``).
+    # on staged shards, which are copied to aligned memory (see ``hmdspt.core.shard.Shard``).
     X = X if X.flags.aligned else X.copy()
     Y = Y if Y.flags.aligned else Y.copy()
 
@@ -680,7 +599,7 @@ def forget_speeds(dask_worker: Worker) -> int:
 # local optimizer (its moments), the error-feedback residual and the chunk size. It lives
 # on the worker's RunStatePlugin, keyed by run id, and goes when the run ends: at the
 # trainer's clean-up (drop_run_state), or when the scheduler sees the run's driver
-# disconnect (pipeline.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
+# disconnect (hmdspt.parallel.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
 # dies leaves nothing behind. Data of a run (the broadcast w_t) is scattered under keys
 # named by run_key, so that the worker can drop a run's keys too, including those of a
 # scatter interrupted before the scheduler learnt of them, which nothing else would free.
@@ -728,7 +647,7 @@ class RunStatePlugin(WorkerPlugin):
     broadcast) is freed as it lands. Freeing goes through the worker's state machine, so
     the worker tells the scheduler, which forgets the key if it knew it.
 
-    Registered idempotently by every fit (:func:`pipeline.lifecycle.open_run`); the
+    Registered idempotently by every fit (:func:`hmdspt.parallel.lifecycle.open_run`); the
     remembered speeds and slowdowns are not per run and stay module state.
     """
 
@@ -873,9 +792,9 @@ class RoundSpec:
     run_id : str
         Key of the per-run state on the worker.
     layer_sizes, hidden_activation, out_activation, alpha, dtype
-        The model (see :class:`pipeline.nn.MLP`).
+        The model (see :class:`hmdspt.core.nn.MLP`).
     optimizer : dict
-        Keyword arguments of :func:`pipeline.nn.make_optimizer` (with ``solver``).
+        Keyword arguments of :func:`hmdspt.core.nn.make_optimizer` (with ``solver``).
     batch_size : int
         Local mini-batch size.
     mode : {"delta", "gradient"}
@@ -965,7 +884,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
 
     Parameters
     ----------
-    shard : pipeline.staging.Shard
+    shard : hmdspt.core.shard.Shard
         The worker's rows (held in its memory between rounds); ``shard.y`` holds the
         encoded targets. Its ``done`` mask records the rows already processed this epoch
         and travels with the rows when they move.

@@ -1,7 +1,7 @@
 """The HMDSPT round loop on a Dask cluster: one loop, the strategies as parameters.
 
 One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
-:func:`pipeline.worker_tasks.round_task` on its own rows; the driver combines what comes
+:func:`hmdspt.parallel.worker.round_task` on its own rows; the driver combines what comes
 back; timings update the scores; when the hysteresis rule says so, rows move worker to
 worker before the next round.
 
@@ -36,12 +36,22 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from . import merge, partition, scoring, staging
-from .checkpoint import Checkpoint, check_fingerprint, load_latest_checkpoint, save_checkpoint
-from .lifecycle import close_run, deferred_interrupts, open_run
-from .nn import MLP, divergence_message, make_optimizer, minibatch_pass
-from .runlog import RunLogWriter, new_run_id, read_events, summarize
-from .worker_tasks import RoundSpec, remembered_speed, round_task, run_key, speed_key
+from hmdspt.core import merge, partition
+from hmdspt.core.checkpoint import (
+    Checkpoint,
+    check_fingerprint,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
+from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
+from hmdspt.core.speed import OnlineScorer, WorkerEstimate
+from hmdspt.parallel import shards
+from hmdspt.parallel.client import WorkerLostError, scatter_to, scheduler_workers, wait_some
+from hmdspt.parallel.lifecycle import close_run, deferred_interrupts, open_run
+from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
+from hmdspt.parallel.scoring import score_workers
+from hmdspt.parallel.worker import RoundSpec, remembered_speed, round_task, run_key, speed_key
 
 SYNC_MODES = ("hmdspt", "local", "bsp")
 PARTITION_MODES = ("proportional", "equal")
@@ -95,12 +105,12 @@ class TrainerConfig:
         Most ramp rounds (each costs one synchronisation).
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
-        (capped by the data set's size, see :func:`pipeline.scoring.score_workers`); a
+        (capped by the data set's size, see :func:`hmdspt.parallel.scoring.score_workers`); a
         number: a fixed probe of that many seconds.
     reuse_speeds_s : float
         ``partition="proportional"``: when every worker remembers its speed from a fit
         of the same model shape whose last round ended at most this many seconds ago
-        (:func:`pipeline.worker_tasks.remembered_speed`), those speeds replace the probe;
+        (:func:`hmdspt.parallel.worker.remembered_speed`), those speeds replace the probe;
         0 always probes.
     rebalance_threshold : float
         Re-balance only when the predicted round time improves by more than this
@@ -135,7 +145,7 @@ class TrainerConfig:
     emulation : dict or None
         Description of emulated heterogeneity, recorded in the run log.
     checkpoint_dir : str or None
-        Folder of checkpoints (:mod:`pipeline.checkpoint`); None writes none. A checkpoint
+        Folder of checkpoints (:mod:`hmdspt.core.checkpoint`); None writes none. A checkpoint
         holds the global parameters, the driver optimizer's state, the block momentum,
         the scores (by worker name), the round counter and the epoch; it is written after
         every ``checkpoint_every``-th round and after every epoch. The last two are kept.
@@ -293,7 +303,7 @@ class Trainer:
     model : MLP
         The global model; its flat ``params`` vector is updated in place.
     optimizer_kwargs : dict
-        Keyword arguments of :func:`pipeline.nn.make_optimizer` (with ``solver``).
+        Keyword arguments of :func:`hmdspt.core.nn.make_optimizer` (with ``solver``).
     batch_size : int
         Mini-batch size (local batches; the global batch of ``sync="bsp"``).
     config : TrainerConfig
@@ -317,7 +327,7 @@ class Trainer:
         self.batch_size = int(batch_size)
         self.config = config
         self.run_id = new_run_id()
-        self.scorer = scoring.OnlineScorer()
+        self.scorer = OnlineScorer()
         self.policy = partition.RebalancePolicy(
             threshold=config.rebalance_threshold, min_rows=config.min_rows
         )
@@ -329,7 +339,7 @@ class Trainer:
         self.driver_optimizer = make_optimizer(
             n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
         )
-        self.staged: staging.StagedData | None = None
+        self.staged: shards.StagedData | None = None
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         self._rounds_per_epoch = self.config.rounds_per_epoch  # bsp: set by fit
         self.log: RunLogWriter | None = None
@@ -361,7 +371,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
-        workers = staging.scheduler_workers(self.client)
+        workers = scheduler_workers(self.client)
         if not workers:
             raise TrainingError("the cluster has no workers")
         return workers
@@ -383,7 +393,7 @@ class Trainer:
             # Scores are saved by worker name: addresses change when a cluster restarts.
             saved = self._restored_scores.get(self._names[addr])
             if saved is not None:
-                self.scorer.estimates[addr] = scoring.WorkerEstimate(**saved)
+                self.scorer.estimates[addr] = WorkerEstimate(**saved)
             self.active.add(addr)
 
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
@@ -418,7 +428,7 @@ class Trainer:
                     from_run_id=memory["run_id"],
                 )
             return self._shares(n_rows, self.scorer.scores())
-        probe = scoring.score_workers(
+        probe = score_workers(
             self.client,
             self.model.layer_sizes,
             seconds=self.config.probe_seconds,
@@ -435,7 +445,7 @@ class Trainer:
 
     def _shares(self, n_rows: int, scores: dict[str, float]) -> dict[str, int]:
         """Rows per worker by score; with fewer rows than ``min_rows`` each, the fastest
-        workers that can have them (:func:`pipeline.partition.fitting_workers`)."""
+        workers that can have them (:func:`hmdspt.core.partition.fitting_workers`)."""
         min_rows = self.config.min_rows
         return partition.apportion(
             n_rows, partition.fitting_workers(n_rows, scores, min_rows), min_rows
@@ -521,7 +531,7 @@ class Trainer:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Inputs (anything :func:`pipeline.staging.stage` accepts that is in memory).
+            Inputs (anything :func:`hmdspt.parallel.shards.stage` accepts that is in memory).
         Y : ndarray of shape (n_samples, n_outputs)
             Encoded targets, in the model's dtype.
         max_epochs : int
@@ -551,7 +561,7 @@ class Trainer:
 
         Raises
         ------
-        pipeline.checkpoint.CheckpointError
+        hmdspt.core.checkpoint.CheckpointError
             With ``resume=True``, when the newest good checkpoint belongs to a model of
             another shape (layer sizes, parameter count, dtype, activations, solver).
         TrainingError
@@ -616,7 +626,7 @@ class Trainer:
             self._X, self._Y = np.asarray(X), Y
             t0 = time.perf_counter()
             # A worker lost meanwhile is left out; its rows then go to the survivors.
-            self.staged = staging.stage(
+            self.staged = shards.stage(
                 self.client,
                 X,
                 Y,
@@ -934,7 +944,7 @@ class Trainer:
         while pending:
             # Short waits: a pinned task whose worker left would wait forever otherwise.
             try:
-                done, pending = staging.wait_some(pending, 0.5, "FIRST_COMPLETED")
+                done, pending = wait_some(pending, 0.5, "FIRST_COMPLETED")
             except Exception:  # e.g. tasks cancelled because their worker died
                 done = {f for f in pending if f.status != "pending"}
                 pending -= done
@@ -1056,7 +1066,7 @@ class Trainer:
         A direct scatter also waits, for as long as its timeout, while its worker is
         not *running*: one that is retiring (``--lifetime`` reached, or retired by the
         cluster) or paused, or that has already left. Each scatter is therefore one short
-        attempt of :func:`pipeline.staging.scatter_to`; workers that did not take ``w_t``
+        attempt of :func:`hmdspt.parallel.client.scatter_to`; workers that did not take ``w_t``
         are looked up, those that left are recovered (their rows re-staged onto the
         others, which keep the ``w_t`` they got) and the broadcast goes on. A worker
         that stays in the cluster without running fails the fit after
@@ -1065,7 +1075,7 @@ class Trainer:
         full 20 s timeout.)
 
         Each ``w_t`` goes under a key naming the run and this client
-        (:func:`pipeline.worker_tasks.run_key`): a scatter cut short (Ctrl-C, a driver
+        (:func:`hmdspt.parallel.worker.run_key`): a scatter cut short (Ctrl-C, a driver
         that dies) can leave it on a worker with the scheduler never told, and the
         workers free such keys when the run ends.
         """
@@ -1077,9 +1087,7 @@ class Trainer:
                 try:
                     # One attempt (timeout 0); the deadline is this loop's, for all workers.
                     key = run_key(self.run_id, self.client.id, f"w_t-{self.round_index}")
-                    sent[addr] = staging.scatter_to(
-                        self.client, {key: self.model.params}, addr, 0.0
-                    )[key]
+                    sent[addr] = scatter_to(self.client, {key: self.model.params}, addr, 0.0)[key]
                 except Exception as exc:  # not running, left, or died unnoticed
                     errors[addr] = exc
             missing = set(self.staged.futures) - set(sent)
@@ -1094,7 +1102,7 @@ class Trainer:
                 sent = {a: f for a, f in sent.items() if a in self.staged.futures}
             elif time.monotonic() >= deadline:
                 self.client.cancel(list(sent.values()))
-                info = staging.scheduler_workers(self.client)
+                info = scheduler_workers(self.client)
                 states = "; ".join(
                     f"{self._names.get(a, a)} (status {info.get(a, {}).get('status', 'gone')}, "
                     f"last error {errors.get(a)!r})"
@@ -1108,7 +1116,7 @@ class Trainer:
                 )
 
     def _live(self) -> set[str]:
-        return set(staging.scheduler_workers(self.client))
+        return set(scheduler_workers(self.client))
 
     def _gone(self, addresses: set[str], grace_s: float = 0.0) -> set[str]:
         """Which of ``addresses`` left the cluster, giving the scheduler ``grace_s`` to notice."""
@@ -1148,7 +1156,7 @@ class Trainer:
             self.active.discard(addr)
             if addr in self.scorer.workers:
                 self.scorer.remove_worker(addr)
-        self.staged = staging.drop_workers(self.staged, lost)
+        self.staged = drop_workers(self.staged, lost)
         survivors = sorted(self.active & self._live())
         if not survivors:  # a second look before giving up
             time.sleep(1.0)
@@ -1161,7 +1169,7 @@ class Trainer:
         start = time.perf_counter()
         try:
             missing = self._restage_missing(survivors)
-        except staging.WorkerLostError:
+        except WorkerLostError:
             # Another worker left while rows were counted or re-staged; ``staged`` is
             # still whole (add_rows releases nothing until it succeeds): start again.
             more = self._gone(self.active | set(self.staged.futures), grace_s=5.0)
@@ -1175,7 +1183,7 @@ class Trainer:
 
     def _restage_missing(self, survivors: list[str]) -> np.ndarray:
         """Give the rows no worker holds to ``survivors``, by score; the ids re-staged."""
-        held = staging.held_row_ids(self.staged)
+        held = held_row_ids(self.staged)
         have = np.concatenate(list(held.values())) if held else np.empty(0, np.int64)
         missing = np.setdiff1d(np.arange(self.n_rows), have, assume_unique=True)
         if len(missing):
@@ -1187,7 +1195,7 @@ class Trainer:
             assignment = {
                 a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
             }
-            self.staged = staging.add_rows(
+            self.staged = add_rows(
                 self.client,
                 self.staged,
                 self._X,
@@ -1203,9 +1211,9 @@ class Trainer:
 
     def _join(self, joined: set[str]) -> None:
         """Probe workers that joined, give them a score; rows follow at the next re-balance."""
-        info = staging.scheduler_workers(self.client)
+        info = scheduler_workers(self.client)
         self._register({a: info[a] for a in joined if a in info})
-        speeds = scoring.score_workers(
+        speeds = score_workers(
             self.client,
             self.model.layer_sizes,
             seconds=self.config.probe_seconds,
@@ -1287,7 +1295,7 @@ class Trainer:
             return
         start = time.perf_counter()
         try:
-            self.staged = staging.rebalance(self.client, self.staged, moves)
+            self.staged = rebalance(self.client, self.staged, moves)
         except Exception:
             # A worker died under the moves: the old shards are untouched until a
             # re-balance succeeds, so re-stage the lost rows and re-plan next round.

@@ -1,11 +1,11 @@
 """What a fit sets up on the cluster and takes down when it ends, whatever ends it.
 
-A fit keeps state on the workers between rounds (:class:`pipeline.worker_tasks.RunStatePlugin`)
+A fit keeps state on the workers between rounds (:class:`hmdspt.parallel.worker.RunStatePlugin`)
 and scatters ``w_t`` to them under keys named after the run
-(:func:`pipeline.worker_tasks.run_key`). The trainer drops both at its clean-up
+(:func:`hmdspt.parallel.worker.run_key`). The trainer drops both at its clean-up
 (:func:`close_run`). A driver that dies has no clean-up, so the scheduler does it:
 :class:`RunOwnersPlugin` knows which client owns which run and, when that client
-disconnects, has every worker end its runs (:func:`pipeline.worker_tasks.drop_runs`).
+disconnects, has every worker end its runs (:func:`hmdspt.parallel.worker.drop_runs`).
 :func:`open_run` registers both plugins (idempotently) at the start of every fit.
 
 :func:`deferred_interrupts` holds Ctrl-C back while the trainer writes ``run_end`` and
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import SchedulerPlugin
 from distributed.protocol.pickle import dumps
 
-from pipeline.worker_tasks import RunStatePlugin, drop_run_state, drop_runs
+from hmdspt.parallel.worker import RunStatePlugin, drop_run_state, drop_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Scheduler
@@ -48,7 +48,7 @@ class RunOwnersPlugin(SchedulerPlugin):
     The trainer records each run's owner at fit start (:func:`open_run`) and forgets it
     at its clean-up (:func:`close_run`). A client that leaves with runs still recorded
     (its process died, or lost the connection) had no clean-up: the plugin broadcasts
-    :func:`pipeline.worker_tasks.drop_runs` to the workers, as ``Client.run`` would, and
+    :func:`hmdspt.parallel.worker.drop_runs` to the workers, as ``Client.run`` would, and
     each worker drops the runs' state and frees their keys. The scheduler has already
     released the client's futures by then; what this frees is what it never knew of
     (the tail of an interrupted broadcast) and the state outside Dask's data.

@@ -2,13 +2,14 @@
 
 :func:`local_cluster` starts a real ``distributed.LocalCluster`` with one worker process
 per requested speed; each worker emulates its relative speed with a duty-cycle throttle
-(:class:`pipeline.worker_tasks.SlowdownPlugin`). Workers are named neutrally
+(:class:`hmdspt.parallel.worker.SlowdownPlugin`). Workers are named neutrally
 (``worker-0``, ``worker-1``, ...): the scorer must measure speeds, never read them. The
 emulation is recorded in the cluster's ``emulation`` attribute and shown in its repr, so
 that every result computed on it can be labelled as emulated.
 
 :func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
-nothing) into a ``distributed.Client``.
+nothing) into a ``distributed.Client``. Pools of batch jobs on a shared cluster (SLURM, PBS,
+SGE, LSF) are :mod:`hmdspt.parallel.pools`, which builds on this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
-from pipeline.worker_tasks import SlowdownPlugin
+from hmdspt.parallel.worker import SlowdownPlugin
 
 __all__ = ["Emulation", "EmulatedLocalCluster", "connect", "local_cluster"]
 
@@ -122,7 +123,7 @@ def local_cluster(
     memory_limit : str, float or None, default="auto"
         Per worker; "auto" shares the machine's memory equally among the workers.
     blas_threads : int or None, default=1
-        BLAS threads per worker process (see :class:`~pipeline.worker_tasks.SlowdownPlugin`).
+        BLAS threads per worker process (see :class:`~hmdspt.parallel.worker.SlowdownPlugin`).
     timeout : float, default=60.0
         Seconds to wait for all workers to start.
     **kwargs
@@ -237,15 +238,3 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
         "target must be a distributed.Client, a cluster, a scheduler address or None, "
         f"got {type(target).__name__}"
     )
-
-
-# Worker pools on batch systems (SLURM, PBS, SGE, LSF) live in pipeline.pools; re-exported
-# here so that everything that gets a cluster is found in one module.
-from pipeline.pools import (  # noqa: E402
-    PooledJobCluster,
-    PoolSpec,
-    load_cluster_config,
-    start_pools,
-)
-
-__all__ += ["PoolSpec", "PooledJobCluster", "load_cluster_config", "start_pools"]

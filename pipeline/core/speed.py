@@ -1,12 +1,11 @@
-"""Scores of workers: how many samples per second each really trains.
+"""Speeds of workers: how many samples per second each really trains (no Dask).
 
-Two parts:
-
-- :class:`OnlineScorer`, pure Python: an exponentially weighted estimate of each worker's
-  speed, updated after every round from the rows it processed and the seconds it was busy.
-  Importing it does not import Dask (``pipeline.scoring`` belongs to the core layer).
-- :func:`score_workers` / :func:`probe_workers`: the initial probe, run on the Dask
-  workers; ``distributed`` is imported inside them.
+:class:`OnlineScorer` is an exponentially weighted estimate of each worker's speed, updated
+after every round from the rows it processed and the seconds it was busy;
+:func:`chunk_speed` is the statistic the initial probe makes of a worker's timed chunks, and
+:class:`ProbeResult` holds what the probe measured. The probe itself runs on the
+Dask workers: :func:`hmdspt.parallel.scoring.score_workers` and
+:func:`hmdspt.parallel.scoring.probe_workers`.
 
 Scores are measured, never read from configuration: on an emulated cluster the scorer
 does not know the slowdowns, on a real one nobody does.
@@ -14,16 +13,14 @@ does not know the slowdowns, on a real one nobody does.
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["OnlineScorer", "ProbeResult", "WorkerEstimate", "probe_workers", "score_workers"]
+import numpy as np
 
-logger = logging.getLogger(__name__)
+__all__ = ["PROBE_ESTIMATORS", "OnlineScorer", "ProbeResult", "WorkerEstimate", "chunk_speed"]
 
 
 @dataclass
@@ -64,10 +61,10 @@ class OnlineScorer:
 
     with ``a = 1 - 0.5 ** (1 / halflife)``, so a measurement's weight halves every
     ``halflife`` rounds. The first measurement (normally the probe's, see
-    :func:`score_workers`) replaces the prior outright and starts the variance at
-    ``(first_rel_std * x) ** 2``: one measurement says little about its own spread. Then
-    consistent measurements shrink the variance by ``(1 - a)`` a round and surprising ones
-    widen it.
+    :func:`hmdspt.parallel.scoring.score_workers`) replaces the prior outright and starts
+    the variance at ``(first_rel_std * x) ** 2``: one measurement says little about its own
+    spread. Then consistent measurements shrink the variance by ``(1 - a)`` a round and
+    surprising ones widen it.
 
     Parameters
     ----------
@@ -196,7 +193,8 @@ class OnlineScorer:
         """Fold a measured speed (samples per second) into ``worker``'s estimate.
 
         Use it for measurements that come as speeds, e.g. the output of
-        :func:`score_workers`; :meth:`update` is the same from rows and seconds.
+        :func:`hmdspt.parallel.scoring.score_workers`; :meth:`update` is the same from rows
+        and seconds.
         """
         speed = float(speed)
         if not (math.isfinite(speed) and speed > 0):
@@ -281,14 +279,14 @@ class OnlineScorer:
 
 @dataclass
 class ProbeResult:
-    """What :func:`probe_workers` measured.
+    """What :func:`hmdspt.parallel.scoring.probe_workers` measured.
 
     Attributes
     ----------
     speeds : dict of str to float
         Samples per second by worker address (the scores).
     details : dict of str to dict
-        :func:`pipeline.worker_tasks.probe_task`'s result by worker address: ``rows``,
+        :func:`hmdspt.parallel.worker.probe_task`'s result by worker address: ``rows``,
         ``steps``, ``busy_s``, ``speed`` and, for the adaptive probe, ``chunks``,
         ``dropped``, ``rel_se``, ``stop``, ``mean_speed``, ``trimmed_speed`` and
         ``median_speed``.
@@ -327,210 +325,86 @@ class ProbeResult:
         )
 
 
-def probe_workers(
-    client: Any,
-    layer_sizes: Sequence[int],
-    seconds: float | None = None,
-    batch_size: int = 256,
-    *,
-    min_seconds: float = 0.1,
-    max_seconds: float = 2.0,
-    rel_tol: float = 0.05,
-    n_rows_total: int | None = None,
-    max_fraction: float = 0.05,
+# ---------------------------------------------------------------------------- probe statistic
+# How the probe (hmdspt.parallel.worker.probe_task) makes one speed of a worker's timed chunks.
+# Normal-theory constants of the median's standard error from the median absolute
+# deviation: sigma ~ 1.4826 MAD, se(median) ~ sqrt(pi / 2) sigma / sqrt(n).
+_MAD_TO_SIGMA = 1.4826
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
+PROBE_ESTIMATORS = ("trimmed", "median")
+
+
+def chunk_speed(
+    rows: Sequence[float],
+    walls: Sequence[float],
     estimator: str = "trimmed",
-    X: Any = None,
-    Y: Any = None,
-    seed: int = 0,
-    hidden_activation: str = "relu",
-    out_activation: str = "softmax",
-    workers: Iterable[str] | None = None,
-    timeout: float | None = None,
-) -> ProbeResult:
-    """Probe every worker at once with real training steps; speeds and probe details.
-
-    Submits :func:`pipeline.worker_tasks.probe_task` to every worker simultaneously, pinned
-    (``workers=[address], allow_other_workers=False``): run together, the workers share the
-    machine(s) as they will in training, so the scores include that contention.
+    hiccup_factor: float = 3.0,
+) -> tuple[float, float, int]:
+    """Speed of a worker from its timed chunks, its relative standard error, chunks dropped.
 
     Parameters
     ----------
-    client : distributed.Client
-        Client of the cluster.
-    layer_sizes : sequence of int
-        The model's units per layer, input first: the probe trains this very shape.
-    seconds : float, optional
-        A fixed probe: busy seconds each worker spends probing, speed ``rows / busy_s``
-        (the original behaviour). None (default): the adaptive probe below.
-    batch_size : int, default=256
-        Mini-batch size of training.
-    min_seconds : float, default=0.1
-        Adaptive probe: least busy seconds of every worker.
-    max_seconds : float, default=2.0
-        Adaptive probe: most busy seconds of any worker.
-    rel_tol : float, default=0.05
-        Adaptive probe: a worker stops once the relative standard error of its speed is
-        below this (and ``min_seconds`` and eight chunks are done).
-    n_rows_total : int, optional
-        Rows of the training set. Given, the probes together process at most
-        ``max_fraction`` of one epoch: each worker gets ``max_fraction * n_rows_total /
-        n_workers`` rows, but always at least the minimum (``min_seconds`` and eight chunks)
-        needed for a measurement.
-    max_fraction : float, default=0.05
-        Fraction of an epoch's rows the probes may use together (with ``n_rows_total``).
+    rows : sequence of float
+        Rows of each chunk.
+    walls : sequence of float
+        Wall seconds of each chunk (emulation sleeps included).
     estimator : {"trimmed", "median"}, default="trimmed"
-        Adaptive probe: how a worker's timed chunks make one speed (see Notes and
-        :func:`pipeline.worker_tasks.chunk_speed`).
-    X, Y : array-like, optional
-        Sample rows of the real data and their encoded targets (broadcast once to every
-        worker); synthetic rows of the same shape if None.
-    seed : int, default=0
-        Seed of the probe's model, row order and synthetic rows.
-    hidden_activation, out_activation : str
-        As in :class:`pipeline.nn.MLP`.
-    workers : iterable of str, optional
-        Addresses to probe; all current workers by default.
-    timeout : float, optional
-        Seconds to wait for the results; default ``60 + 5 * (seconds or max_seconds)``.
+        ``"trimmed"``: drop the hiccups, chunks whose seconds per row exceed
+        ``hiccup_factor`` times the median, then total rows over total seconds of the rest;
+        the relative standard error is that of the mean seconds per row of the kept chunks.
+        ``"median"``: the median of the chunk speeds; its relative standard error is
+        ``sqrt(pi / 2) * 1.4826 * MAD / sqrt(n) / median`` (the median of normal draws, the
+        spread taken from the median absolute deviation); nothing is dropped.
+    hiccup_factor : float, default=3.0
+        ``"trimmed"`` only: how many times slower than the median a chunk must be to count
+        as a hiccup rather than as contention.
 
     Returns
     -------
-    result : ProbeResult
-        Speeds, per-worker details and the probe's wall time.
+    speed : float
+        Samples per second.
+    rel_se : float
+        Relative standard error of ``speed``; ``inf`` with fewer than two chunks.
+    dropped : int
+        Chunks dropped as hiccups.
 
     Notes
     -----
-    **Why adaptive.** A fixed probe costs the same whatever the job: 2 s at ~600k
-    samples/s is a dozen epochs of a 100k-row data set. The adaptive probe stops each
-    worker as soon as its speed is known to ``rel_tol``, which on a steady worker takes
-    a few tenths of a second, and spends longer only where the measurement is noisy.
+    Why trimmed by default, not the median: what a round will achieve is its rows over its
+    seconds, the time average. Contention from neighbours is not a rare hiccup but part of
+    that average: measured on the emulated 4:2:1 cluster, the fastest worker's chunks run
+    steadily at one speed and, while a neighbour's duty cycle overlaps them, 1.2-2x slower.
+    The median ignores that slower minority and scored the fastest worker 5-20 % too fast
+    (against ``rows / busy_s`` of a 1-2 s probe). A hiccup (a foreign process, a garbage
+    collection, a stalled heartbeat) stretches a chunk several-fold; dropping chunks slower
+    than ``hiccup_factor`` times the median removes those and keeps the contention.
+    Measured, a 99th-percentile chunk took 1.4-2.3x the median time.
 
-    **Why trimmed, not the median.** Each worker's chunks (16 mini-batches each, under the
-    emulation throttle as in training) are timed one by one. In a short probe one chunk
-    stretched by a scheduling hiccup (a foreign process, a garbage collection) would shift
-    the plain time average by its full length, so the estimate must be robust. The median
-    of the chunk speeds is, but it is biased where contention is regular rather than rare:
-    on the emulated 4:2:1 cluster the fastest worker's chunks run at one speed and 1.2-2x
-    slower while a neighbour's duty cycle overlaps them, and the median, ignoring that
-    slower minority, scored it 5-20 % faster than the time average a round achieves. The
-    default therefore drops only hiccups, chunks more than 3x slower than the median chunk
-    (a 99th-percentile chunk measured 1.4-2.3x), and takes rows over seconds of the rest.
-    The precision that stops the probe is that estimate's relative standard error.
-    Hiccups that recur are real costs: the online scorer sees them in the
-    ``rows / busy_s`` of every training round. ``estimator="median"`` is kept for
-    comparison.
-
-    **Why equal row budgets.** Speeds are unknown before the probe, so the row budget of
-    ``n_rows_total`` is split equally; this bounds the total rows. A worker ``r`` times
-    slower than the mean then needs ``r`` times longer for its rows, so in wall time the
-    probe may cost up to ``max(mean speed / speed)`` times ``max_fraction`` of a balanced
-    epoch. For a small data set the minimum measurement dominates anyway: a probe cannot
-    be cheaper than a few tenths of a second and a task round trip. A worker stopped by
-    its row budget is only as precise as that minimum made it (its ``rel_se`` says how
-    precise); the online scores of the first rounds refine it.
+    Examples
+    --------
+    >>> rows, walls = [100] * 5, [1.0, 1.0, 1.0, 1.5, 10.0]  # contention, then a hiccup
+    >>> chunk_speed(rows, walls)[::2]  # 400 rows in 4.5 s; the 10 s chunk dropped
+    (88.88888888888889, 1)
+    >>> chunk_speed(rows, walls, "median")[::2]
+    (100.0, 0)
     """
-    from distributed import wait
-
-    from pipeline.staging import scheduler_workers
-    from pipeline.worker_tasks import probe_task
-
-    addresses = list(workers) if workers is not None else sorted(scheduler_workers(client))
-    if not addresses:
-        raise ValueError("the cluster has no workers to score")
-    max_rows = None
-    if n_rows_total is not None:
-        if seconds is not None:
-            raise ValueError(
-                "seconds fixes the probe's duration; n_rows_total bounds the adaptive probe "
-                "(seconds=None) only"
-            )
-        if not (n_rows_total >= 1 and 0 < max_fraction <= 1):
-            raise ValueError(
-                f"need n_rows_total >= 1 and 0 < max_fraction <= 1, got "
-                f"n_rows_total={n_rows_total!r}, max_fraction={max_fraction!r}"
-            )
-        max_rows = max(1, int(max_fraction * n_rows_total / len(addresses)))
-    if timeout is None:
-        timeout = 60.0 + 5.0 * (seconds if seconds is not None else max_seconds)
-    start = time.perf_counter()
-    data = {}
-    if X is not None:
-        # Once to every worker, not once per task in the task's payload.
-        data["X"] = client.scatter(X, workers=addresses, broadcast=True, hash=False)
-        if Y is not None:
-            data["Y"] = client.scatter(Y, workers=addresses, broadcast=True, hash=False)
-    options = {}
-    if seconds is None:
-        options = dict(
-            min_seconds=min_seconds,
-            max_seconds=max_seconds,
-            rel_tol=rel_tol,
-            max_rows=max_rows,
-            estimator=estimator,
-        )
-    futures = [
-        client.submit(
-            probe_task,
-            tuple(layer_sizes),
-            seconds,
-            batch_size,
-            seed,
-            hidden_activation=hidden_activation,
-            out_activation=out_activation,
-            workers=[address],
-            allow_other_workers=False,
-            pure=False,
-            **options,
-            **data,
-        )
-        for address in addresses
-    ]
-    try:
-        wait(futures, timeout=timeout)
-        results = client.gather(futures)
-    except BaseException:
-        client.cancel(futures)
-        raise
-    details = dict(zip(addresses, results))
-    return ProbeResult(
-        speeds={address: float(r["speed"]) for address, r in details.items()},
-        details=details,
-        wall_s=time.perf_counter() - start,
-        max_rows=max_rows,
-    )
-
-
-def score_workers(
-    client: Any,
-    layer_sizes: Sequence[int],
-    seconds: float | None = None,
-    batch_size: int = 256,
-    **options: Any,
-) -> dict[str, float]:
-    """Probe every worker at once with real training steps; samples per second of each.
-
-    :func:`probe_workers` without the details. The probe's duration is logged (logger
-    ``pipeline.scoring``, level INFO).
-
-    Parameters
-    ----------
-    client, layer_sizes, seconds, batch_size
-        As in :func:`probe_workers`.
-    **options
-        The keyword-only parameters of :func:`probe_workers` (the adaptive probe's
-        bounds, sample rows, activations, workers, timeout).
-
-    Returns
-    -------
-    scores : dict of str to float
-        Samples per second by worker address.
-
-    Notes
-    -----
-    One probe task per worker, i.e. the speed of one worker thread, as a round trains one
-    model replica per worker. Fold the result into an :class:`OnlineScorer` with
-    :meth:`OnlineScorer.update_speed` as each worker's first measurement.
-    """
-    result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
-    logger.info(result.summary())
-    return result.speeds
+    r = np.asarray(rows, dtype=np.float64)
+    w = np.asarray(walls, dtype=np.float64)
+    if estimator == "median":
+        x = r / w
+        median = float(np.median(x))
+        if x.size < 2 or median <= 0.0:
+            return median, math.inf, 0
+        mad = float(np.median(np.abs(x - median)))
+        rel_se = _MEDIAN_SE_FACTOR * _MAD_TO_SIGMA * mad / math.sqrt(x.size) / median
+        return median, rel_se, 0
+    if estimator != "trimmed":
+        raise ValueError(f"estimator must be one of {PROBE_ESTIMATORS}, got {estimator!r}")
+    t = w / r  # seconds per row of each chunk
+    keep = t <= hiccup_factor * np.median(t)
+    speed = float(r[keep].sum() / w[keep].sum())
+    n = int(keep.sum())
+    if n < 2:
+        return speed, math.inf, int(t.size - n)
+    tk = t[keep]
+    return speed, float(tk.std(ddof=1) / math.sqrt(n) / tk.mean()), int(t.size - n)

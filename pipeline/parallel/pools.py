@@ -979,7 +979,7 @@ def client_from_args(args: argparse.Namespace) -> tuple[ExitStack, Any, str]:
             return stack, client, f"scheduler {scheduler}"
         config = _config_from_args(args)
         if not config.pools:
-            from .cluster import local_cluster
+            from hmdspt.parallel.cluster import local_cluster
 
             speeds = getattr(args, "speeds", None) or (4.0, 2.0, 1.0)
             cluster = stack.enter_context(local_cluster(speeds=speeds))

@@ -1,0 +1,166 @@
+"""What the driver asks of the cluster: its workers, waits that notice a lost worker, scatters.
+
+Used across the Dask layer (staging, re-balancing, scoring, the trainer): the scheduler's
+workers asked fresh (:func:`scheduler_workers`), waits that return or raise instead of
+hanging on a pinned task whose worker left (:func:`wait_some`, ``_wait_ok``) and a direct
+scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from distributed import Client, Future, wait
+
+__all__ = ["WorkerLostError", "scatter_to", "scheduler_workers", "wait_some"]
+
+
+def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
+    """The scheduler's current workers, by address, asked fresh.
+
+    Not ``client.scheduler_info()``: it returns the client's cached identity, which the
+    client's own periodic refresh overwrites with an identity that lists no workers.
+    When that refresh lands between the fresh fetch and the return, the cluster looks
+    empty (seen here: a re-balance failed with "the cluster has []"; a staging wait
+    could have taken every worker for lost).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client; objects without ``sync`` and ``scheduler`` (test doubles)
+        fall back to ``scheduler_info()``.
+
+    Returns
+    -------
+    workers : dict of str to dict
+        Worker address to the scheduler's information on it (name, nthreads, memory...).
+    """
+    if hasattr(client, "sync") and hasattr(client, "scheduler"):
+        return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    return dict(client.scheduler_info()["workers"])
+
+
+def _cluster_workers(client: Client) -> list[str]:
+    return sorted(scheduler_workers(client))
+
+
+class WorkerLostError(RuntimeError):
+    """A worker left the cluster while staging tasks were waiting for it."""
+
+
+def wait_some(
+    futures: Iterable[Future], timeout: float, return_when: str = "ALL_COMPLETED"
+) -> tuple[set[Future], set[Future]]:
+    """``distributed.wait`` that returns ``(done, not_done)`` on timeout too.
+
+    distributed's ``wait`` raises :class:`TimeoutError` where ``concurrent.futures``
+    returns, and that exception, its traceback and the frames of the client's ``sync``
+    call form a reference cycle: until the garbage collector runs, it keeps the callers'
+    frames alive, the futures in their locals, and those futures' data on the workers
+    (measured: a scattered intermediate still held 2 s later, released at once by
+    ``gc.collect()``). Clearing the caught exception's traceback breaks the cycle.
+    """
+    futures = list(futures)
+    try:
+        done, not_done = wait(futures, timeout=timeout, return_when=return_when)
+    except TimeoutError as exc:
+        exc.__traceback__ = None
+        return set(), set(futures)
+    return set(done), set(not_done)
+
+
+def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 0.5) -> None:
+    """Wait for the futures and re-raise the first worker-side error, without gathering.
+
+    ``workers`` are the addresses the tasks are pinned to (or depend on). A pinned task
+    whose worker has left waits forever, so the wait is cut into short slices and each
+    slice checks that every one of ``workers`` is still in the cluster, the first check
+    before any waiting: a worker can leave between the caller's plan and this call, and
+    comparing with a snapshot taken here would never see that one go (a fit hung so,
+    in a re-balance planned just as a SLURM worker reached its ``--lifetime``).
+
+    Raises
+    ------
+    WorkerLostError
+        One of ``workers`` is not (or no longer) in the cluster.
+    """
+    futures = list(futures)
+    needed = set(workers)
+    if not futures:
+        return
+    client = futures[0].client
+    pending = futures
+    while True:
+        gone = needed - set(scheduler_workers(client))
+        if gone:
+            raise WorkerLostError(
+                f"worker {', '.join(sorted(gone))} left the cluster during staging"
+            )
+        if not pending:
+            break
+        try:
+            _, pending = wait_some(pending, poll_s)
+        except Exception:  # cancelled futures: reported below
+            pending = [f for f in pending if f.status == "pending"]
+    for fut in futures:
+        if fut.status == "error":
+            fut.result()  # raises the task's exception; an errored future carries no data
+        elif fut.status != "finished":
+            raise RuntimeError(f"staging task {fut.key} ended as {fut.status!r}")
+
+
+def scatter_to(
+    client: Client,
+    data: Any,
+    worker: str,
+    timeout: float = 30.0,
+    poll_s: float = 0.5,
+    key: str | None = None,
+) -> Future:
+    """Scatter ``data`` straight to ``worker`` (no hashing); a future pinned there.
+
+    ``key`` names the data's key (default: one that Dask makes up).
+
+    distributed's direct scatter waits, for as long as its timeout, until the worker
+    *runs*; one that is retiring or has left never will. Here each attempt waits
+    ``poll_s`` and then checks that the worker is still in the cluster. A broken
+    connection (the worker died mid-transfer, before the scheduler noticed) is one more
+    failed attempt: the next look at the cluster tells a lost worker from a blip.
+
+    Raises
+    ------
+    WorkerLostError
+        ``worker`` left the cluster (or was never in it).
+    TimeoutError
+        ``worker`` stayed in the cluster for ``timeout`` seconds without taking the data
+        (paused for memory, retiring without leaving, or unreachable).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        broken: OSError | None = None
+        try:
+            if key is None:
+                return client.scatter(
+                    data, workers=[worker], direct=True, hash=False, timeout=poll_s
+                )
+            return client.scatter(
+                {key: data}, workers=[worker], direct=True, hash=False, timeout=poll_s
+            )[key]
+        except TimeoutError as exc:  # before OSError: TimeoutError is one
+            exc.__traceback__ = None  # see wait_some: the cycle would keep data alive
+        except OSError as exc:  # CommClosedError, connection refused or reset
+            exc.__traceback__ = None
+            broken = exc
+        info = scheduler_workers(client).get(worker)
+        if info is None:
+            raise WorkerLostError(f"worker {worker} left the cluster during staging")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"worker {worker} took no data for {timeout:g} s: it is in the cluster but "
+                f"not running tasks (status {info.get('status', 'unknown')!r}"
+                + (f", last error {broken!r})" if broken is not None else ")")
+            )
+        if broken is not None:  # failed at once: give the scheduler time to notice
+            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
