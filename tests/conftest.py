@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.requires import missing
+
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Path:
     """A real 8 KiB file system (tmpfs) mounted for the test: a disk that fills up."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+        missing("mounting a small tmpfs (a real full disk) needs root")
     path = tmp_path / "disk"
     path.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(path)], check=True)

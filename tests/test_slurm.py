@@ -7,8 +7,8 @@ rows following their scores. Then a pool's job is cancelled (``scancel``) and, i
 other test, retired by its ``--lifetime`` (the graceful way to meet a walltime) in the
 middle of a fit, which must stop with a clear message instead of hanging.
 
-These tests never skip: CI must provide SLURM. If ``sinfo`` is missing or the controller
-does not answer they fail, saying that .ci/run must run ``ci/slurm/start.sh``.
+Without a running SLURM they skip, naming how to start one (``bash ci/slurm/start.sh`` as
+root, which installs Debian's slurm-wlm); CI sets ``HMDSPT_REQUIRE_ALL``, so there they fail.
 """
 
 from __future__ import annotations
@@ -29,33 +29,33 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.pools import PoolSpec, start_pools
 from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.trainer import TrainingError
+from tests.requires import missing
 
 # Short fits on purpose: max_iter is reached long before convergence.
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 START_HINT = (
-    "a running single-node SLURM is required: .ci/run must run `bash ci/slurm/start.sh` "
-    "before pytest (and `bash ci/slurm/stop.sh` after)"
+    "these tests need a running single-node SLURM: start one with `bash ci/slurm/start.sh` "
+    "as root (installs Debian's slurm-wlm; `bash ci/slurm/stop.sh` stops it)"
 )
 
 
 def _require_slurm() -> None:
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        pytest.fail(f"sinfo/sbatch not found: {START_HINT}", pytrace=False)
+        missing(f"sinfo/sbatch not found: {START_HINT}")
     try:
         out = subprocess.run(
             ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=15
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"sinfo timed out (controller down?): {START_HINT}", pytrace=False)
+        missing(f"sinfo timed out (controller down?): {START_HINT}")
     states = out.stdout.split()
     if out.returncode != 0 or not any(
         s.rstrip("*~#") in ("idle", "mixed", "allocated") for s in states
     ):
-        pytest.fail(
+        missing(
             f"SLURM controller down or no usable node (sinfo: {out.stdout.strip()!r} "
-            f"{out.stderr.strip()!r}): {START_HINT}",
-            pytrace=False,
+            f"{out.stderr.strip()!r}): {START_HINT}"
         )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import testbed
+from tests.requires import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "hmdspt-tbtest"  # only this file's testbeds; a stale-run cleanup touches no others
@@ -33,9 +34,7 @@ OVER_QUOTA_TOLERANCE = 0.05
 def require_testbed(link: bool = False) -> None:
     reason = testbed.unavailable_reason(link=link)
     if reason:
-        if os.environ.get("HMDSPT_REQUIRE_ALL"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing(reason)
 
 
 @pytest.fixture(autouse=True)
