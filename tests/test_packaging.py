@@ -57,12 +57,13 @@ def test_ci_runs_the_readme_test_command():
     assert test_command in (ROOT / ".ci" / "run").read_text()
 
 
-def test_readme_python_example_runs():
+def test_readme_python_example_runs(tmp_path):
     readme = (ROOT / "README.md").read_text()
     # Every Python block, in order (later blocks use names the first one defines).
     example = "\n".join(re.findall(r"```python\n(.*?)```", readme, flags=re.S))
+    # Run where a user would, outside the checkout: whatever it writes (runs/) lands there.
     result = subprocess.run(
-        [sys.executable, "-c", example], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
     assert result.returncode == 0, result.stderr
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
