@@ -25,12 +25,13 @@ import numpy as np
 
 from hmdspt.core.runlog import (
     RunLogTail,
+    RunTotals,
     event_problem,
+    finite,
     fit_wall_time,
     parse_event,
     read_events,
     summarize,
-    utilisation,
 )
 
 __all__ = [
@@ -47,11 +48,10 @@ MARKER_KINDS = ("re-balance", "worker lost", "worker joined", "checkpoint")
 
 
 def _num(x: Any) -> float:
-    """A finite float, or NaN for null, NaN, infinities and non-numbers."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return math.nan
-    x = float(x)
-    return x if math.isfinite(x) else math.nan
+    """The run log's number (:func:`hmdspt.core.runlog.finite`) as a float for the charts:
+    NaN where the run log has none."""
+    x = finite(x)
+    return math.nan if x is None else x
 
 
 # --------------------------------------------------------------------------------------
@@ -265,9 +265,6 @@ class Update:
         return self.events > 0 or self.reset
 
 
-_SUM_KEYS = ("rounds", "rows", "steps", "busy_s", "comm_s", "idle_s", "wall_s")
-
-
 class RunData:
     """The monitor's aggregates of one run, fed by a byte-offset tail of its log.
 
@@ -334,13 +331,7 @@ class RunData:
         self.scores = _Rows()
         self.markers: list[dict] = []
         self._lost: set[int] = set()
-        self._sum: dict[str, Any] = {
-            "rounds": 0,
-            "wall_s": 0.0,
-            "ideal_s": 0.0,
-            "wall_with_ideal": 0.0,
-            "workers": {},
-        }
+        self._totals = RunTotals()
 
     # -- properties -------------------------------------------------------------------
 
@@ -564,34 +555,10 @@ class RunData:
     # -- summary ------------------------------------------------------------------------
 
     def _summarize(self, batch: Sequence[Mapping[str, Any]]) -> None:
-        """Merge ``summarize`` of the new rounds into the running sums.
-
-        ``summarize`` of the whole run costs O(rounds x workers) (0.8 s for 5,000 rounds of
-        64 workers); its sums are additive, so summarising only the new rounds and adding
-        keeps a poll's cost proportional to what was appended.
-        """
-        if not batch:
-            return
-        s = summarize(batch, run_id=self.run_id) if self.run_id else summarize(batch)
-        acc = self._sum
-        acc["rounds"] += s["rounds"]
-        acc["wall_s"] += s["wall_s"] or 0.0
-        acc["ideal_s"] += s["ideal_s"] or 0.0
-        if s["efficiency"]:
-            # efficiency = ideal / (wall of the rounds that have an ideal time): recover
-            # that wall exactly, so the merged efficiency equals the whole-run one.
-            acc["wall_with_ideal"] += s["ideal_s"] / s["efficiency"]
-        for name, w in s["workers"].items():
-            a = acc["workers"].setdefault(
-                name, {**dict.fromkeys(_SUM_KEYS, 0.0), "rows_timed": 0.0, "busy_timed": 0.0}
-            )
-            for k in _SUM_KEYS:
-                a[k] += w[k] or 0.0
-            if w["mean_speed"]:
-                # mean_speed = rows / busy over rounds with rows and busy time; weighting
-                # by busy_s is exact unless a worker logged busy time without rows.
-                a["rows_timed"] += w["mean_speed"] * w["busy_s"]
-                a["busy_timed"] += w["busy_s"]
+        """Add the new rounds to the run's totals (the run log's own :class:`RunTotals`),
+        so a poll costs what was appended, not the whole run again."""
+        for e in batch:
+            self._totals.add(e)
 
     def _logged_summary(self) -> Mapping[str, Any]:
         """``run_end``'s summary (``hmdspt.core.runlog.summarize`` in the writer), or {}."""
@@ -601,48 +568,27 @@ class RunData:
     def summary(self) -> dict:
         """Idle fractions, utilisation, mean speeds and efficiency of the run so far.
 
-        The same keys and definitions as :func:`hmdspt.core.runlog.summarize` (a subset:
-        ``rounds``, ``wall_s``, ``fit_wall_s``, ``ideal_s``, ``efficiency``,
-        ``fastest_worker``, ``fastest_idle_fraction``, ``fastest_utilisation`` and per
-        worker ``rounds``, ``busy_s``, ``comm_s``, ``idle_s``, ``wall_s``,
-        ``idle_fraction``, ``utilisation``, ``mean_speed``), merged from the summaries of
-        each poll's new rounds. Utilisation and ``fit_wall_s`` are ``run_end``'s summary's
-        once the run has ended; before, :func:`hmdspt.core.runlog.utilisation` of the busy
+        :func:`hmdspt.core.runlog.summarize`'s round-derived keys, from the same
+        :class:`hmdspt.core.runlog.RunTotals`, added up poll by poll. Utilisation and
+        ``fit_wall_s`` are ``run_end``'s summary's once the run has ended; before, busy
         seconds so far over :func:`hmdspt.core.runlog.fit_wall_time` up to the latest event.
         """
-        acc = self._sum
         logged = self._logged_summary()
         logged_workers = logged.get("workers")
         if not isinstance(logged_workers, Mapping):
             logged_workers = {}
-        fit_wall = _num(logged.get("fit_wall_s"))
-        if not math.isfinite(fit_wall):
+        fit_wall = finite(logged.get("fit_wall_s"))
+        if fit_wall is None:
             fit_wall = fit_wall_time(self.start, self.end, self.latest)
-        workers = {}
-        for name, a in acc["workers"].items():
+        out = {"run_id": self.run_id, **self._totals.summary(fit_wall)}
+        for name, w in out["workers"].items():
             mine = logged_workers.get(name)
-            util = _num(mine.get("utilisation")) if isinstance(mine, Mapping) else math.nan
-            workers[name] = {
-                **{k: a[k] for k in _SUM_KEYS},
-                "idle_fraction": a["idle_s"] / a["wall_s"] if a["wall_s"] > 0 else None,
-                "utilisation": util if math.isfinite(util) else utilisation(a["busy_s"], fit_wall),
-                "mean_speed": a["rows_timed"] / a["busy_timed"] if a["busy_timed"] > 0 else None,
-            }
-        speeds = [(w["mean_speed"], n) for n, w in workers.items() if w["mean_speed"]]
-        fastest = max(speeds)[1] if speeds else None
-        wwi = acc["wall_with_ideal"]
-        return {
-            "run_id": self.run_id,
-            "rounds": acc["rounds"],
-            "wall_s": acc["wall_s"],
-            "fit_wall_s": fit_wall,
-            "ideal_s": acc["ideal_s"],
-            "efficiency": acc["ideal_s"] / wwi if wwi > 0 else None,
-            "fastest_worker": fastest,
-            "fastest_idle_fraction": workers[fastest]["idle_fraction"] if fastest else None,
-            "fastest_utilisation": workers[fastest]["utilisation"] if fastest else None,
-            "workers": workers,
-        }
+            util = finite(mine.get("utilisation")) if isinstance(mine, Mapping) else None
+            if util is not None:
+                w["utilisation"] = util
+        fastest = out["fastest_worker"]
+        out["fastest_utilisation"] = out["workers"][fastest]["utilisation"] if fastest else None
+        return out
 
     # -- series for the charts ----------------------------------------------------------
 

@@ -42,8 +42,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCORE_SOURCES",
     "RunLogTail",
+    "RunTotals",
     "RunLogWriter",
     "event_problem",
+    "finite",
     "fit_wall_time",
     "new_run_id",
     "parse_event",
@@ -914,12 +916,16 @@ class RunLogTail:
 # --------------------------------------------------------------------------------------
 
 
-def _num(x: Any) -> float | None:
-    """A finite float, or None for null, NaN or non-numbers."""
+def finite(x: Any) -> float | None:
+    """A run log's number: a finite float, or None for null, NaN, infinities, booleans and
+    non-numbers. Every reader of run logs (the summary, the monitor) counts by this rule."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+_num = finite
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -986,6 +992,117 @@ def utilisation(busy_s: float | None, fit_wall_s: float | None) -> float | None:
     return _ratio(busy, wall)
 
 
+class RunTotals:
+    """The additive sums behind :func:`summarize`, fed one ``round`` event at a time.
+
+    :func:`summarize` and the monitor (which adds each poll's new rounds) both compute a
+    run's summary through this class, so the definitions live in one place.
+    """
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.wall_s = self.ideal_s = self.wall_with_ideal = self.merge_s = 0.0
+        self.final_loss: float | None = None
+        self.final_val_score: float | None = None
+        self.workers: dict[str, dict[str, Any]] = {}
+
+    def add(self, e: Mapping[str, Any]) -> bool:
+        """Add a ``round`` event; any other event, or a round without a wall time, is
+        ignored. Returns whether it was added."""
+        if e.get("event") != "round":
+            return False
+        wall = _num(e.get("wall_s"))
+        if wall is None:
+            return False
+        self.rounds += 1
+        self.wall_s += wall
+        self.merge_s += _num(e.get("merge_s")) or 0.0
+        self.final_loss = _num(e.get("loss"))
+        self.final_val_score = _num(e.get("val_score"))
+        round_rows = round_speed = 0.0
+        workers = e.get("workers")
+        for name, w in (workers if isinstance(workers, Mapping) else {}).items():
+            if not isinstance(w, Mapping):
+                continue
+            acc = self.workers.setdefault(
+                name,
+                {
+                    "rounds": 0,
+                    "rows": 0.0,
+                    "steps": 0.0,
+                    "busy_s": 0.0,
+                    "comm_s": 0.0,
+                    "idle_s": 0.0,
+                    "wall_s": 0.0,
+                    "bytes_in": None,
+                    "bytes_out": None,
+                    "_rows_timed": 0.0,
+                    "_busy_timed": 0.0,
+                },
+            )
+            rows = _num(w.get("rows")) or 0.0
+            busy = _num(w.get("busy_s"))
+            comm = _num(w.get("comm_s"))
+            idle = _num(w.get("idle_s"))
+            if idle is None:
+                idle = _idle(wall, busy, comm) or 0.0
+            acc["rounds"] += 1
+            acc["rows"] += rows
+            acc["steps"] += _num(w.get("steps")) or 0.0
+            acc["busy_s"] += busy or 0.0
+            acc["comm_s"] += comm or 0.0
+            acc["idle_s"] += idle
+            acc["wall_s"] += wall
+            for key in ("bytes_in", "bytes_out"):
+                b = _num(w.get(key))
+                if b is not None:
+                    acc[key] = (acc[key] or 0.0) + b
+            if rows > 0 and busy is not None and busy > 0:
+                acc["_rows_timed"] += rows
+                acc["_busy_timed"] += busy
+                round_rows += rows
+                round_speed += rows / busy
+        if round_speed > 0:
+            self.ideal_s += round_rows / round_speed
+            self.wall_with_ideal += wall
+        return True
+
+    def summary(self, fit_wall_s: float | None) -> dict:
+        """The round-derived part of :func:`summarize`'s result (same keys and meaning)."""
+        per_worker = {}
+        for name, acc in self.workers.items():
+            per_worker[name] = {
+                "rounds": acc["rounds"],
+                "rows": _integral(acc["rows"]),
+                "steps": _integral(acc["steps"]),
+                "busy_s": acc["busy_s"],
+                "comm_s": acc["comm_s"],
+                "idle_s": acc["idle_s"],
+                "wall_s": acc["wall_s"],
+                "idle_fraction": _ratio(acc["idle_s"], acc["wall_s"]),
+                "utilisation": utilisation(acc["busy_s"], fit_wall_s),
+                "mean_speed": _ratio(acc["_rows_timed"], acc["_busy_timed"]),
+                "bytes_in": _integral(acc["bytes_in"]),
+                "bytes_out": _integral(acc["bytes_out"]),
+            }
+        speeds = [(w["mean_speed"], name) for name, w in per_worker.items() if w["mean_speed"]]
+        fastest = max(speeds, key=lambda s: s[0])[1] if speeds else None
+        return {
+            "rounds": self.rounds,
+            "wall_s": self.wall_s,
+            "fit_wall_s": fit_wall_s,
+            "ideal_s": self.ideal_s,
+            "merge_s": self.merge_s,
+            "efficiency": _ratio(self.ideal_s, self.wall_with_ideal),
+            "fastest_worker": fastest,
+            "fastest_idle_fraction": per_worker[fastest]["idle_fraction"] if fastest else None,
+            "fastest_utilisation": per_worker[fastest]["utilisation"] if fastest else None,
+            "final_loss": self.final_loss,
+            "final_val_score": self.final_val_score,
+            "workers": per_worker,
+        }
+
+
 def summarize(
     events: Sequence[Mapping[str, Any]],
     run_id: str | None = None,
@@ -1043,85 +1160,10 @@ def summarize(
         times = [t for t in (_num(e.get("time")) for e in mine) if t is not None]
         fit_wall_s = fit_wall_time(start, end, max(times) if times else None)
 
-    workers: dict[str, dict[str, Any]] = {}
-    n_rounds = 0
-    wall_total = ideal_total = wall_with_ideal = merge_total = 0.0
-    final_loss = final_val = None
+    totals = RunTotals()
     for e in mine:
-        if e.get("event") != "round":
-            continue
-        wall = _num(e.get("wall_s"))
-        if wall is None:
-            continue
-        n_rounds += 1
-        wall_total += wall
-        merge_total += _num(e.get("merge_s")) or 0.0
-        final_loss = _num(e.get("loss"))
-        final_val = _num(e.get("val_score"))
-        round_rows = round_speed = 0.0
-        for name, w in (e.get("workers") or {}).items():
-            acc = workers.setdefault(
-                name,
-                {
-                    "rounds": 0,
-                    "rows": 0.0,
-                    "steps": 0.0,
-                    "busy_s": 0.0,
-                    "comm_s": 0.0,
-                    "idle_s": 0.0,
-                    "wall_s": 0.0,
-                    "bytes_in": None,
-                    "bytes_out": None,
-                    "_rows_timed": 0.0,
-                    "_busy_timed": 0.0,
-                },
-            )
-            rows = _num(w.get("rows")) or 0.0
-            busy = _num(w.get("busy_s"))
-            comm = _num(w.get("comm_s"))
-            idle = _num(w.get("idle_s"))
-            if idle is None:
-                idle = _idle(wall, busy, comm) or 0.0
-            acc["rounds"] += 1
-            acc["rows"] += rows
-            acc["steps"] += _num(w.get("steps")) or 0.0
-            acc["busy_s"] += busy or 0.0
-            acc["comm_s"] += comm or 0.0
-            acc["idle_s"] += idle
-            acc["wall_s"] += wall
-            for key in ("bytes_in", "bytes_out"):
-                b = _num(w.get(key))
-                if b is not None:
-                    acc[key] = (acc[key] or 0.0) + b
-            if rows > 0 and busy is not None and busy > 0:
-                acc["_rows_timed"] += rows
-                acc["_busy_timed"] += busy
-                round_rows += rows
-                round_speed += rows / busy
-        if round_speed > 0:
-            ideal_total += round_rows / round_speed
-            wall_with_ideal += wall
-
-    per_worker = {}
-    for name, acc in workers.items():
-        per_worker[name] = {
-            "rounds": acc["rounds"],
-            "rows": _integral(acc["rows"]),
-            "steps": _integral(acc["steps"]),
-            "busy_s": acc["busy_s"],
-            "comm_s": acc["comm_s"],
-            "idle_s": acc["idle_s"],
-            "wall_s": acc["wall_s"],
-            "idle_fraction": _ratio(acc["idle_s"], acc["wall_s"]),
-            "utilisation": utilisation(acc["busy_s"], fit_wall_s),
-            "mean_speed": _ratio(acc["_rows_timed"], acc["_busy_timed"]),
-            "bytes_in": _integral(acc["bytes_in"]),
-            "bytes_out": _integral(acc["bytes_out"]),
-        }
-    fastest = None
-    speeds = [(w["mean_speed"], name) for name, w in per_worker.items() if w["mean_speed"]]
-    if speeds:
-        fastest = max(speeds, key=lambda s: s[0])[1]
+        totals.add(e)
+    summary = totals.summary(fit_wall_s)
     status = None
     for e in mine:
         if e.get("event") == "run_end":
@@ -1129,20 +1171,9 @@ def summarize(
     return to_json_native(
         {
             "run_id": run_id,
-            "rounds": n_rounds,
-            "wall_s": wall_total,
-            "fit_wall_s": fit_wall_s,
-            "ideal_s": ideal_total,
-            "merge_s": merge_total,
-            "efficiency": _ratio(ideal_total, wall_with_ideal),
-            "fastest_worker": fastest,
-            "fastest_idle_fraction": per_worker[fastest]["idle_fraction"] if fastest else None,
-            "fastest_utilisation": per_worker[fastest]["utilisation"] if fastest else None,
-            "final_loss": final_loss,
-            "final_val_score": final_val,
+            **summary,
             "workers_lost": sum(e.get("event") == "worker_lost" for e in mine),
             "workers_joined": sum(e.get("event") == "worker_joined" for e in mine),
             "status": status,
-            "workers": per_worker,
         }
     )
