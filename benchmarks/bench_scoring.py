@@ -3,7 +3,7 @@
 Two jobs on an emulated 4:2:1 cluster (``hmdspt.parallel.cluster.local_cluster``, 3 worker
 processes, 1 thread each):
 
-- ``synthetic``: 100,000 random rows, MLP 100-128-64-10 (DESIGN.md's reference shape);
+- ``synthetic``: 100,000 random rows, MLP 100-128-64-10 (the simulator's reference shape);
 - ``kdd``: KDD Cup 99 10 % (494,021 rows, 41 features, 5 categories), MLP 41-64-32-5,
   from ``../shared/datasets/kddcup99_10pct`` (or ``$HMDSPT_DATASETS``);
 - ``kdd-large``: the same rows, MLP 41-256-128-5 (the training benchmark's model), where

@@ -19,7 +19,7 @@
    predicted: :func:`hmdspt.simulate.simulate_run` replays the rows per worker of those
    rounds from the log (the partition the real scorer and policy chose) with the
    calibrated clock, over many seeds, and the mean predicted round time and per-worker
-   idle fractions (``Σ idle_i / Σ round wall``, DESIGN.md) are compared with the measured
+   idle fractions (``Σ idle_i / Σ round wall``, docs/design.md) are compared with the measured
    ones. The prediction runs forward in time: when the machine's other load changes
    between the calibration rounds and the predicted ones, that change is prediction
    error, so the CPU the machine's other processes used during each real run is printed
@@ -46,7 +46,7 @@ Run from the repository root::
     python -m benchmarks.bench_simulation [--quick] [--cluster both|testbed|emulated]
         [--log RUN.jsonl ...] [--rounds 10]
 
-The scaling and driver parts are simulations with DESIGN.md's measured costs, not
+The scaling and driver parts are simulations with costs measured on this machine (docs/performance.md), not
 measurements.
 """
 

@@ -1,6 +1,6 @@
 """HMDSPT against its baselines on real data, on ``local_cluster(speeds=(4, 2, 1))``.
 
-Heterogeneity is EMULATED on one machine (duty-cycle throttle, DESIGN.md). All runs use
+Heterogeneity is EMULATED on one machine (duty-cycle throttle, docs/design.md). All runs use
 the same cluster, data, model and hyper-parameters, side by side in one process run:
 
 - KDD Cup 99 (494,021 training rows, 41 features, the 5 categories; the "corrected"

@@ -18,7 +18,7 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.scoring import probe_workers, score_workers
 from hmdspt.parallel.worker import probe_task
 
-LAYERS = (100, 128, 64, 10)  # DESIGN.md's reference shape
+LAYERS = (100, 128, 64, 10)  # the simulator's reference shape
 
 
 # ------------------------------------------------------------------------- OnlineScorer

@@ -118,7 +118,7 @@ def merge_deltas(
     *,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Merge the workers' parameter deltas of one round (DESIGN.md, "The round", step 4).
+    """Merge the workers' parameter deltas of one round (docs/design.md, "The round", step 4).
 
     Computes ``Δ = τ_eff Σ p_i Δ_i / τ_i`` with ``p_i = n_i / Σ n`` and
     ``τ_eff = Σ p_i τ_i`` (FedNova); with ``normalize_steps=False`` the plain row-weighted

@@ -13,7 +13,7 @@ and versioned by :data:`SCHEMA_VERSION` (written in every ``run_start``).
 - :class:`RunLogTail` follows a growing log, reading only the bytes appended since its
   previous call.
 - :func:`summarize` turns the ``round`` events into idle fractions, utilisation and
-  parallel efficiency (DESIGN.md, "Definitions"); :func:`fit_wall_time` and
+  parallel efficiency (docs/design.md, "Definitions"); :func:`fit_wall_time` and
   :func:`utilisation` are its definitions of the fit's wall time and of utilisation.
 
 This module must not import Dask: it is in the core layer.
@@ -1111,7 +1111,7 @@ def summarize(
 ) -> dict:
     """Idle, utilisation, speed and parallel efficiency of a run, from its events.
 
-    Per DESIGN.md "Definitions": ``idle_i = max(0, wall − busy_i − comm_i)`` (the logged
+    Per docs/design.md, "Definitions": ``idle_i = max(0, wall − busy_i − comm_i)`` (the logged
     ``idle_s`` is used when present); a worker's idle fraction is ``Σ idle_i / Σ wall``
     over the rounds it took part in; its utilisation is ``Σ busy_i`` over the fit's wall
     time from the user's call (:func:`fit_wall_time`, :func:`utilisation`);
