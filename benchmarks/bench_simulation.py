@@ -46,8 +46,8 @@ Run from the repository root::
     python -m benchmarks.bench_simulation [--quick] [--cluster both|testbed|emulated]
         [--log RUN.jsonl ...] [--rounds 10]
 
-The scaling and driver parts are simulations with costs measured on this machine (docs/performance.md), not
-measurements.
+The scaling and driver parts are simulations with costs measured on this machine
+(docs/performance.md), not measurements.
 """
 
 from __future__ import annotations

@@ -132,7 +132,8 @@ class PoolSpec:
         Extra worker resources, besides ``pool-<name>=1``.
     blas_threads : int, "auto" or None, default=1
         Exported as ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` in the
-        job script. 1 (one BLAS thread per worker thread: docs/design.md, "Heterogeneity on one machine") because
+        job script. 1 (one BLAS thread per worker thread: docs/design.md, "Heterogeneity
+        on one machine") because
         a round trains one model replica per worker process on one thread: on this 2-core
         machine a 1-core and a 2-core job side by side probed 0.71M and 0.86M rows/s with 1
         BLAS thread each, but 1.16M and 0.07M with ``"auto"`` (the 2-core worker's two
