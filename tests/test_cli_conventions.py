@@ -33,8 +33,11 @@ FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address
 
 @pytest.fixture(scope="module")
 def scheduler():
-    """An in-process two-worker cluster the CLI joins with ``--scheduler``."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
+    """An in-process two-worker cluster the CLI joins with ``--scheduler`` (over TCP, so
+    that a subprocess can join it too)."""
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", **FREE_PORTS
+    ) as cluster:
         yield cluster.scheduler_address
 
 
