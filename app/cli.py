@@ -119,8 +119,9 @@ def monitor_main(
     Parameters
     ----------
     path : str or path-like
-        A folder of ``*.jsonl`` run logs, or one log file. It need not hold logs yet (the
-        page lists new ones as they appear), but it must exist.
+        A folder of ``*.jsonl`` run logs (its subfolders' too, e.g. ``runs/compare/``),
+        or one log file. It need not hold logs yet (the page lists new ones as they
+        appear), but it must exist.
     port : int, default=0
         TCP port; 0 picks a free one.
     address : str, default="127.0.0.1"
@@ -142,13 +143,14 @@ def monitor_main(
     Returns
     -------
     status : int
-        0 after a clean stop (Ctrl-C), 2 if ``path`` does not exist or the
-        ``basic_auth`` file is missing or malformed.
+        0 after a clean stop (Ctrl-C); 1, a runtime error as the CLI's (one line on
+        stderr), if ``path`` does not exist or the ``basic_auth`` file is missing or
+        malformed.
     """
     path = Path(path).expanduser()
     if not path.exists():
         print(f"hmdspt monitor: error: no run log or folder at {path}", file=sys.stderr)
-        return 2
+        return 1
     users: str | dict[str, str] | None = None
     if basic_auth:
         try:
@@ -157,7 +159,7 @@ def monitor_main(
             file = Path(str(basic_auth)).expanduser()
             where = f" {file}" if file.is_file() and str(file) not in str(exc) else ""
             print(f"hmdspt monitor: error: --basic-auth{where}: {exc}", file=sys.stderr)
-            return 2
+            return 1
     # JS and CSS from this server, never a CDN: the page works offline and on clusters
     # without outside access. Set before Panel and Bokeh read their settings.
     os.environ["BOKEH_RESOURCES"] = "server"

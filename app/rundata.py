@@ -4,7 +4,7 @@ No Panel or Bokeh here, so the aggregation is tested and benchmarked on its own.
 comes from the run log (``hmdspt.core.runlog``): the monitor never talks to the cluster and
 never unpickles anything.
 
-- :func:`list_runs` lists the logs of a folder, newest first.
+- :func:`list_runs` lists the logs of a folder and its subfolders, newest first.
 - :class:`RunData` follows one run of a log through :class:`hmdspt.core.runlog.RunLogTail`,
   so each :meth:`RunData.poll` costs what was appended, not the size of the log, and keeps
   compact numpy arrays (rounds x workers) instead of the events.
@@ -69,11 +69,12 @@ class RunInfo:
     run_id: str | None
     config: Mapping[str, Any]
     n_workers: int | None
+    name: str = ""  # the path within the listed folder, e.g. "compare/hmdspt.jsonl"
 
     @property
     def label(self) -> str:
-        """Short text for a picker: file name, strategy and worker count when known."""
-        bits = [self.path.name]
+        """Short text for a picker: name in the folder, strategy and worker count when known."""
+        bits = [self.name or self.path.name]
         details = []
         if self.config.get("partition"):
             details.append(f"partition={self.config['partition']}")
@@ -113,8 +114,21 @@ def peek_run(path: str | os.PathLike, max_bytes: int = 65536) -> RunInfo:
     return RunInfo(path, st.st_mtime, st.st_size, run_id, config, n_workers)
 
 
+def _logs_under(folder: Path) -> Iterable[Path]:
+    """The ``*.jsonl`` files of ``folder`` and its subfolders (``runs/compare/``).
+
+    Hidden folders are skipped, and folder links not followed (no cycles).
+    """
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for file in files:
+            if file.endswith(".jsonl"):
+                yield Path(root, file)
+
+
 def list_runs(path: str | os.PathLike) -> list[RunInfo]:
-    """The run logs at ``path``: the file itself, or a folder's ``*.jsonl``, newest first.
+    """The run logs at ``path``: the file itself, or the ``*.jsonl`` of a folder and of its
+    subfolders (``hmdspt compare`` writes to ``runs/compare/``), newest first.
 
     Parameters
     ----------
@@ -125,7 +139,8 @@ def list_runs(path: str | os.PathLike) -> list[RunInfo]:
     -------
     runs : list of RunInfo
         Newest first by modification time (a running log is the newest), then by name,
-        which sorts by start time for ``<run_id>.jsonl`` files.
+        which sorts by start time for ``<run_id>.jsonl`` files. Each one's ``name`` is its
+        path within the folder, so logs of the same name in two subfolders differ.
 
     Raises
     ------
@@ -138,12 +153,13 @@ def list_runs(path: str | os.PathLike) -> list[RunInfo]:
     if not path.is_dir():
         raise FileNotFoundError(f"no run log or folder at {path}")
     runs = []
-    for p in path.glob("*.jsonl"):
+    for p in _logs_under(path):
         try:
-            runs.append(peek_run(p))
-        except OSError:  # removed between glob and stat, or unreadable: not a run to show
+            info = peek_run(p)
+        except OSError:  # removed between listing and stat, or unreadable: not a run to show
             continue
-    runs.sort(key=lambda r: (r.mtime, r.path.name), reverse=True)
+        runs.append(dataclasses.replace(info, name=p.relative_to(path).as_posix()))
+    runs.sort(key=lambda r: (r.mtime, r.name), reverse=True)
     return runs
 
 

@@ -7,6 +7,11 @@ Sub-commands:
   default data set or ``--data PATH``; prints a table per worker and the test accuracy and
   writes the run log to ``--run-dir``.
 - ``hmdspt score``: probe every worker and print its speed and the share it would get.
+
+Exit codes: 0 success; 2 a usage error (a malformed option value, a missing or conflicting
+option: argparse's own errors and :class:`UsageError`); 1 a runtime error (a missing or
+unusable file, a cluster or training failure). Either prints one line on stderr
+(``--debug`` shows the traceback instead). Progress goes to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -19,11 +24,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
+MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds in [0, 2**32)
 
 
 class CliError(Exception):
-    """A user-facing error: printed as one line, exit code 2."""
+    """A runtime error the user can act on (a missing or unusable file): one line, exit 1."""
+
+
+class UsageError(CliError):
+    """The command line itself is wrong (as argparse's errors): one line, exit 2."""
 
 
 def _positive_int_tuple(text: str) -> tuple[int, ...]:
@@ -46,6 +57,50 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 0 to {MAX_SEED}, got {text!r}"
+        ) from None
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return value
+
+
+def _strategy_names(text: str) -> list[str]:
+    """``--strategies``: comma-separated names of :data:`hmdspt.compare.STRATEGIES`."""
+    from hmdspt.compare import STRATEGIES  # only when the option is given: it loads sklearn
+
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not names:
+        what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {text!r}"
+        raise argparse.ArgumentTypeError(f"{what}; choose from {', '.join(STRATEGIES)}")
+    return names
 
 
 def _positive_floats(text: str) -> tuple[float, ...]:
@@ -101,10 +156,14 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
 
     Raises
     ------
+    UsageError
+        An unsupported file suffix, or no ``target`` for parquet/CSV data (checked before
+        the file is opened: the command line is wrong whatever the file holds).
     CliError
         With one line naming the problem: a missing, unreadable or corrupted file, a
-        missing ``--target`` column, non-numeric features, NaN/inf, no rows, or X and y
-        of different lengths. ``.npz`` files are read with ``allow_pickle=False``.
+        ``target`` column the file does not have, non-numeric features, NaN/inf, no
+        rows, or X and y of different lengths. ``.npz`` files are read with
+        ``allow_pickle=False``.
     """
     import zipfile
     from pathlib import Path
@@ -140,11 +199,15 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
         return X, y
 
     source = Path(path)
+    suffix = source.suffix.lower()
+    if suffix not in (".npz", ".parquet", ".csv"):
+        raise UsageError(f"unsupported data format {suffix!r}: use .npz, .parquet or .csv")
+    if suffix != ".npz" and target is None:
+        raise UsageError(f"--target COLUMN is required for {suffix} data")
     if not source.exists():
         raise CliError(f"data file not found: {path}")
     if not source.is_file():
         raise CliError(f"cannot read {path}: not a file")
-    suffix = source.suffix.lower()
     if suffix == ".npz":
         if not zipfile.is_zipfile(source):
             raise CliError(f"cannot read {path}: not a valid .npz file (corrupted or not a zip)")
@@ -164,9 +227,7 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
         if not {xk, yk} <= keys:
             raise CliError(f"{path} has no X/y or X_train/y_train arrays (has {sorted(keys)})")
         X, y = _checked(arrays[xk], arrays[yk], path)
-    elif suffix in (".parquet", ".csv"):
-        if target is None:
-            raise CliError(f"--target COLUMN is required for {suffix} data")
+    else:
         try:
             frame = pd.read_parquet(source) if suffix == ".parquet" else pd.read_csv(source)
         except pd.errors.EmptyDataError:
@@ -188,8 +249,6 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
                 "encode or drop them first"
             )
         X, y = _checked(frame.to_numpy(dtype=np.float32), y, path)
-    else:
-        raise CliError(f"unsupported data format {suffix!r}: use .npz, .parquet or .csv")
     if len(X) < 2:
         raise CliError(f"{path} has {len(X)} row(s): too few to split into train and test")
     return train_test_split(X, y, test_size=0.2, random_state=random_state)
@@ -203,62 +262,44 @@ def _cluster_and_client(args: argparse.Namespace):
     return client_from_args(args)
 
 
-class _RoundProgress:
-    """Prints one progress line per round by following the run log while a fit runs."""
+class _RoundBar:
+    """A tqdm bar on stderr counting a fit's rounds, drawn by the fit's ``on_round`` callback.
 
-    def __init__(self, path, epochs: int, stream=None) -> None:
-        import threading
+    The bar counts rounds, not a fraction of the fit: how many rounds a fit takes is not
+    known beforehand (ramp rounds, catch-up rounds after a lost worker, ``max_seconds``,
+    early stopping). Its postfix shows the epoch, the round's loss and validation score
+    and the fastest worker's idle share of the round.
+    """
 
-        self.path, self.epochs = path, epochs
-        self.stream = stream or sys.stdout
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, daemon=True)
+    def __init__(self, epochs: int, file=None) -> None:
+        from tqdm import tqdm
 
-    def __enter__(self) -> _RoundProgress:
-        self._thread.start()
+        self.epochs = epochs
+        self.bar = tqdm(
+            desc="training",
+            unit="round",
+            file=file,  # None: sys.stderr
+            bar_format="{desc}: {n_fmt} rounds, {elapsed}{postfix}",
+        )
+
+    def __enter__(self) -> _RoundBar:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.bar.close()
 
-    def _follow(self) -> None:
-        from pathlib import Path
-
-        from hmdspt.core.runlog import RunLogTail
-
-        tail = None
-        folder = Path(self.path)
-        before = set(folder.glob("*.jsonl")) if folder.is_dir() else set()
-        while True:
-            stopping = self._stop.wait(0.2)
-            if tail is None and folder.is_dir():
-                new = sorted(set(folder.glob("*.jsonl")) - before)
-                if new:
-                    tail = RunLogTail(new[-1])
-            elif tail is None and folder.exists():
-                tail = RunLogTail(folder)
-            for event in tail.read_new() if tail is not None else ():
-                if event.get("event") == "round":
-                    self._print(event)
-            if stopping:
-                return
-
-    def _print(self, event: dict) -> None:
-        workers = event["workers"]
-        fastest = max(workers.values(), key=lambda w: w["rows"] / max(w["busy_s"], 1e-9))
-        idle = 100 * fastest["idle_s"] / event["wall_s"] if event["wall_s"] else 0.0
-        done = min(event["epoch"] / self.epochs, 1.0)
-        bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
-        val = event.get("val_score")
-        val_text = f"{val:.4f}" if val is not None else "  -   "
-        print(
-            f"[{bar}] epoch {event['epoch']}/{self.epochs} round {event['round']:4d}  "
-            f"loss {event['loss']:.4f}  val {val_text}  fastest idle {idle:5.1f}%  "
-            f"{event['wall_s']:.2f} s",
-            file=self.stream,
-            flush=True,
+    def __call__(self, record) -> None:
+        """The ``on_round`` callback: one :class:`hmdspt.parallel.trainer.RoundRecord`."""
+        workers = record.workers.values()
+        fastest = max(workers, key=lambda w: w["rows"] / max(w["busy_s"], 1e-9), default=None)
+        idle = 100 * fastest["idle_s"] / record.wall_s if fastest and record.wall_s else 0.0
+        val = "-" if record.val_score is None else f"{record.val_score:.4f}"
+        self.bar.set_postfix_str(
+            f"epoch {record.epoch}/{self.epochs}, loss {record.loss_sum / max(record.rows, 1):.4f}"
+            f", val {val}, fastest idle {idle:.1f}%",
+            refresh=False,
         )
+        self.bar.update(1)
 
 
 def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
@@ -329,8 +370,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                     **params,
                 )
                 start = time.perf_counter()
-                with _RoundProgress(run_log, args.epochs):  # follows the newest log in it
-                    clf.fit(X_train, y_train, eval_set=(X_test, y_test))
+                with _RoundBar(args.epochs) as progress:
+                    clf.fit(X_train, y_train, eval_set=(X_test, y_test), on_round=progress)
                 wall = time.perf_counter() - start
             print(
                 f"fit: sync={args.sync}, partition={args.partition}, {clf.n_iter_} epochs, "
@@ -517,20 +558,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="hidden layer sizes (default: 128,64)",
     )
     train.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
-    train.add_argument("--sync", choices=("hmdspt", "local", "bsp"), default="hmdspt")
-    train.add_argument("--partition", choices=("proportional", "equal"), default="proportional")
-    train.add_argument("--rounds-per-epoch", type=_positive_int, default=1)
+    # Defaults: the estimator's (tests/test_cli_conventions.py compares them).
+    train.add_argument(
+        "--sync",
+        choices=("hmdspt", "local", "bsp"),
+        default="hmdspt",
+        help="synchronisation: hmdspt (step-normalised delta merge with block momentum), "
+        "local (plain delta averaging) or bsp (one merged gradient step per global "
+        "mini-batch) (default: %(default)s)",
+    )
+    train.add_argument(
+        "--partition",
+        choices=("proportional", "equal"),
+        default="proportional",
+        help="rows per worker: proportional to its measured speed, or equal (default: %(default)s)",
+    )
+    train.add_argument(
+        "--rounds-per-epoch",
+        type=_positive_int,
+        default=4,
+        help="synchronisation rounds an epoch is split into; ignored by --sync bsp "
+        "(default: %(default)s)",
+    )
     train.add_argument("--run-dir", default="runs", help="folder of run logs (default: runs)")
     train.add_argument("--in-process", action="store_true", help="train without a cluster")
-    train.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    train.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
     train.add_argument("--verbose", action="store_true", help="print the loss every epoch")
     train.set_defaults(func=cmd_train)
 
     score = sub.add_parser("score", help="probe every worker and print its speed and share")
     cluster_options(score)
-    score.add_argument("--hidden", type=_positive_int_tuple, default=(128, 64))
-    score.add_argument("--features", type=_positive_int, default=None)
-    score.add_argument("--classes", type=_positive_int, default=10)
+    score.add_argument(
+        "--hidden",
+        type=_positive_int_tuple,
+        default=(128, 64),
+        help="hidden layer sizes of the probed model (default: 128,64)",
+    )
+    score.add_argument(
+        "--features",
+        type=_positive_int,
+        default=None,
+        help="input features of the probed model (default: 40, the embedded data set's)",
+    )
+    score.add_argument(
+        "--classes", type=_positive_int, default=10, help="output classes (default: 10)"
+    )
     score.add_argument(
         "--rows",
         type=_positive_int,
@@ -539,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument(
         "--seconds",
-        type=float,
+        type=_positive_float,
         default=None,
         help="fixed probe seconds (default: adaptive, until 5 %% precise)",
     )
@@ -549,21 +621,39 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_options(compare)
     compare.add_argument("--data", default=None, help=".npz, .parquet or .csv (default: embedded)")
     compare.add_argument("--target", default=None, help="label column of .parquet/.csv data")
-    compare.add_argument("--hidden", type=_positive_int_tuple, default=(128, 64))
-    compare.add_argument("--epochs", type=_positive_int, default=8)
-    compare.add_argument("--rounds-per-epoch", type=_positive_int, default=1)
     compare.add_argument(
-        "--max-seconds", type=float, default=60.0, help="time box of each run (default: 60)"
+        "--hidden",
+        type=_positive_int_tuple,
+        default=(128, 64),
+        help="hidden layer sizes (default: 128,64)",
+    )
+    compare.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
+    compare.add_argument(
+        "--rounds-per-epoch",
+        type=_positive_int,
+        default=4,
+        help="synchronisation rounds an epoch is split into, for the strategies that merge "
+        "deltas (hmdspt, local) (default: %(default)s)",
+    )
+    compare.add_argument(
+        "--max-seconds",
+        type=_positive_float,
+        default=60.0,
+        help="time box of each run (default: 60)",
     )
     compare.add_argument(
         "--strategies",
-        type=lambda t: [v for v in t.split(",") if v],
+        type=_strategy_names,
         default=None,
-        help="comma-separated subset (default: all)",
+        help="comma-separated subset of the runs, e.g. hmdspt,hmdspt-equal,bsp-equal "
+        "(default: all; a wrong name lists them; bpnn-in-process always runs: it sets the "
+        "target accuracy)",
     )
-    compare.add_argument("--run-dir", default="runs/compare")
+    compare.add_argument(
+        "--run-dir", default="runs/compare", help="folder of run logs (default: runs/compare)"
+    )
     compare.add_argument("--chart", default=None, help="PNG path (default: RUN_DIR/compare.png)")
-    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
     compare.set_defaults(func=cmd_compare)
 
     cluster = sub.add_parser(
@@ -579,8 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.set_defaults(func=cmd_cluster_dry_run)
 
     monitor = sub.add_parser("monitor", help="serve the Panel monitoring app for run logs")
-    monitor.add_argument("runs_path", help="a folder of run logs (*.jsonl) or one log")
-    monitor.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    monitor.add_argument(
+        "runs_path", help="a folder of run logs (*.jsonl, its subfolders' too) or one log"
+    )
+    monitor.add_argument("--port", type=_port, default=0, help="port (default: a free one)")
     monitor.add_argument(
         "--address",
         default="127.0.0.1",
@@ -603,15 +695,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse option combinations argparse cannot express, before any work starts."""
+    scheduler = getattr(args, "scheduler", None)
+    kind = getattr(args, "cluster", None)
+    if scheduler and (getattr(args, "cluster_config", None) or kind not in (None, "local")):
+        raise UsageError("give either --scheduler or --cluster/--cluster-config")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hmdspt ARGV``; the exit code (module docstring: 0, 1 or 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     expected: tuple[type[BaseException], ...] = (CliError, OSError, ValueError, TimeoutError)
     try:
+        _check_options(args)
         return args.func(args)
     except Exception as exc:
-        # A fit that failed on the cluster (e.g. every worker lost) is reported like bad
-        # input; the trainer module is loaded whenever one of its errors can occur.
+        # A fit that failed on the cluster (e.g. every worker lost) is a runtime error;
+        # the trainer module is loaded whenever one of its errors can occur.
         trainer = sys.modules.get("hmdspt.parallel.trainer")
         if trainer is not None:
             expected += (trainer.TrainingError,)
@@ -619,7 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         lines = str(exc).strip().splitlines()  # some libraries write paragraphs
         print(f"hmdspt: error: {lines[0] if lines else type(exc).__name__}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,7 @@ after every epoch).
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -170,7 +171,7 @@ def run_comparison(
     rounds_per_epoch: int = 1,
     target_drop: float = 0.01,
     eval_rows: int = 20_000,
-    echo=print,
+    echo=None,
 ) -> tuple[list[RunResult], float]:
     """Run each strategy on the same data; return the results and the target accuracy.
 
@@ -196,14 +197,17 @@ def run_comparison(
         The accuracy curves score a fixed random sample of this many held-out rows (the
         same for every run), so scoring does not dominate short rounds; final accuracies
         use the whole held-out set.
-    echo : callable
-        Progress messages.
+    echo : callable, optional
+        Progress messages, one line per call: one as each run starts and one as it
+        ends (its times and final accuracy). Default: printed at once, even to a pipe.
 
     Returns
     -------
     results : list of RunResult
     target : float
     """
+    if echo is None:
+        echo = functools.partial(print, flush=True)
     names = list(STRATEGIES) if strategies is None else list(strategies)
     unknown = sorted(set(names) - set(STRATEGIES))
     if unknown:
@@ -211,6 +215,7 @@ def run_comparison(
     if "bpnn-in-process" not in names:
         names.insert(0, "bpnn-in-process")  # it defines the target accuracy
     params = dict(params or {})
+    echo("warm-up fit on the cluster (untimed) ...")
     _warm_up(client, X, y, params, rounds_per_epoch)
     sample = held_out_sample(len(y_test), eval_rows)
     X_curve, y_curve = X_test[sample], np.asarray(y_test)[sample]
@@ -219,12 +224,14 @@ def run_comparison(
     results = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        for name in sorted(names, key=lambda n: n != "bpnn-in-process"):
-            echo(f"running {name} ...")
+        ordered = sorted(names, key=lambda n: n != "bpnn-in-process")
+        for number, name in enumerate(ordered, 1):
+            echo(f"running {name} ({number} of {len(ordered)}) ...")
             if name == "sklearn-in-process":
                 result = _sklearn_run(params, X, y, X_curve, y_curve, max_seconds)
                 result.final_accuracy = result.final_model.score(X_test, y_test)
                 results.append(result)
+                echo(_finished_line(result))
                 continue
             strategy = STRATEGIES[name]
             cluster_kw: dict[str, Any] = {}
@@ -258,8 +265,18 @@ def run_comparison(
                 for key, value in log_figures(log).items():
                     setattr(result, key, value)
             results.append(result)
+            echo(_finished_line(result))
     reference = next(r for r in results if r.name == "bpnn-in-process")
     return results, reference.final_accuracy - target_drop
+
+
+def _finished_line(result: RunResult) -> str:
+    """The line printed as a run ends."""
+    rounds = f", {result.rounds} rounds" if result.rounds else ""
+    return (
+        f"{result.name}: done in {result.wall_s:.1f} s ({result.train_s:.1f} s of training), "
+        f"{result.epochs} epoch(s){rounds}, final accuracy {result.final_accuracy:.4f}"
+    )
 
 
 def format_table(results: list[RunResult], target: float) -> str:
@@ -290,20 +307,24 @@ def format_table(results: list[RunResult], target: float) -> str:
 
 def plot(results: list[RunResult], target: float, path: str | Path, title: str) -> Path:
     """PNG: fastest worker's idle % against wall time and held-out accuracy against
-    seconds of training (scoring not counted), per run."""
-    import matplotlib
+    seconds of training (scoring not counted), per run.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Each run has one colour in both panels (in-process runs have no idle curve). The
+    figure is a plain :class:`matplotlib.figure.Figure` drawn by the Agg canvas: no
+    pyplot state, and the user's backend is left as it is.
+    """
+    from matplotlib.figure import Figure
 
-    fig, (ax_idle, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for r in results:
+    fig = Figure(figsize=(12, 4.5))
+    ax_idle, ax_acc = fig.subplots(1, 2)
+    for number, r in enumerate(results):
+        colour = f"C{number % 10}"  # the default colour cycle, by run, not by panel
         if r.idle_curve:
             t, idle = zip(*r.idle_curve)
-            ax_idle.plot(t, 100 * np.asarray(idle), label=r.name, lw=1.2)
+            ax_idle.plot(t, 100 * np.asarray(idle), label=r.name, lw=1.2, color=colour)
         if r.curve:
             t, acc = zip(*r.curve)
-            ax_acc.plot(t, acc, label=r.name, marker=".", lw=1.2)
+            ax_acc.plot(t, acc, label=r.name, marker=".", lw=1.2, color=colour)
     ax_idle.set(
         xlabel="wall time (s, from the run log)",
         ylabel="fastest worker idle (% of round)",
@@ -318,11 +339,11 @@ def plot(results: list[RunResult], target: float, path: str | Path, title: str) 
     )
     for ax in (ax_idle, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_lines():
+            ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -257,7 +257,7 @@ class _BaseBPNN(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return [int(s) for s in sizes]
 
-    def _fit(self, X, y, incremental: bool = False, eval_set=None, called_at=None):
+    def _fit(self, X, y, incremental: bool = False, eval_set=None, called_at=None, on_round=None):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
@@ -278,10 +278,12 @@ class _BaseBPNN(BaseEstimator):
                 "fit again without warm_start."
             )
         self._eval_set = self._validate_eval_set(eval_set)
+        self._on_round = on_round
         try:
             self._fit_stochastic(X, Y, incremental, called_at)
         finally:
             del self._eval_set  # held-out data is not part of the fitted model
+            del self._on_round
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
@@ -547,6 +549,7 @@ class _BaseBPNN(BaseEstimator):
                 checkpoint_extra=self._checkpoint_state,
                 on_resume=self._restore_checkpoint_state,
                 called_at=called_at,
+                on_round=self._on_round,
             )
         finally:
             # Also after Ctrl-C, which keeps the model: these describe this fit, not the last.
@@ -713,7 +716,7 @@ class _BaseBPNN(BaseEstimator):
         return float(self._score_function(y, y_pred))
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, eval_set=None):
+    def fit(self, X, y, eval_set=None, on_round=None):
         """Fit the model to data matrix X and target(s) y.
 
         Parameters
@@ -727,6 +730,11 @@ class _BaseBPNN(BaseEstimator):
             Held-out data scored during the fit (after every epoch in-process, after
             rounds on a cluster, where the scores also go to the run log as
             ``val_score``); the scores are in ``eval_curve_``. Not used for stopping.
+        on_round : callable, optional
+            ``on_round(record)``: called after every round of a cluster fit with its
+            :class:`hmdspt.parallel.trainer.RoundRecord` (round, epoch, loss, rows, the
+            workers' times), e.g. to draw progress. An in-process fit has no rounds and
+            does not call it.
 
         Returns
         -------
@@ -734,7 +742,9 @@ class _BaseBPNN(BaseEstimator):
             The fitted estimator.
         """
         called_at = time.perf_counter()  # the fit's wall time is the user's, from here
-        return self._fit(X, y, incremental=False, eval_set=eval_set, called_at=called_at)
+        return self._fit(
+            X, y, incremental=False, eval_set=eval_set, called_at=called_at, on_round=on_round
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -477,7 +477,7 @@ def test_comparison_without_validation_scores_says_so(tmp_path):
 def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
     from hmdspt.app.cli import monitor_main
 
-    assert monitor_main(tmp_path / "missing") == 2
+    assert monitor_main(tmp_path / "missing") == 1
     assert "no run log or folder" in capsys.readouterr().err
 
 

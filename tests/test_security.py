@@ -270,7 +270,7 @@ def test_monitor_refuses_a_malformed_basic_auth_file(tmp_path, monkeypatch, caps
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: calls.append(kw))
     pw = tmp_path / "monitor.passwd"
     pw.write_bytes(content if isinstance(content, bytes) else content.encode())
-    assert monitor_main(tmp_path, port=1, basic_auth=str(pw)) == 2
+    assert monitor_main(tmp_path, port=1, basic_auth=str(pw)) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and problem in err and str(pw) in err, err
     assert "s3cret" not in err and not calls  # the password is never echoed; nothing served
@@ -283,7 +283,7 @@ def test_monitor_refuses_a_basic_auth_path_that_does_not_exist(tmp_path, monkeyp
     from hmdspt.app.cli import monitor_main
 
     monkeypatch.setattr(pn, "serve", lambda *a, **kw: None)
-    assert monitor_main(tmp_path, port=1, basic_auth=str(tmp_path / "missing.passwd")) == 2
+    assert monitor_main(tmp_path, port=1, basic_auth=str(tmp_path / "missing.passwd")) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no password file" in err, err
     assert "missing.passwd" not in err  # never echoed: it might be a password after all

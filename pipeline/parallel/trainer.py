@@ -368,6 +368,7 @@ class Trainer:
         self.resumed_from: Checkpoint | None = None  # the checkpoint this fit continued
         self._restored_scores: dict[str, dict] = {}  # worker name -> saved estimate
         self._checkpoint_extra: Callable[[], dict] | None = None
+        self._on_round: Callable[[RoundRecord], None] | None = None
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
@@ -525,6 +526,7 @@ class Trainer:
         checkpoint_extra: Callable[[], dict] | None = None,
         on_resume: Callable[[dict, dict], None] | None = None,
         called_at: float | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
     ) -> list[RoundRecord]:
         """Train for up to ``max_epochs`` epochs.
 
@@ -554,6 +556,10 @@ class Trainer:
             ``time.perf_counter()`` at the user's call that started this fit (e.g. the
             estimator's ``fit``); by default when this method is called. The fit's wall
             time (``run_end.wall_s``, the utilisation in its summary) counts from there.
+        on_round : callable, optional
+            ``on_round(record)``: called with each round's :class:`RoundRecord` once it
+            is complete (merged, scored, logged), e.g. to draw progress; an exception it
+            raises ends the fit.
 
         Returns
         -------
@@ -585,6 +591,7 @@ class Trainer:
         cfg = self.config
         n_rows = self.n_rows = len(Y)
         self._checkpoint_extra = checkpoint_extra
+        self._on_round = on_round
         start_epoch = 1
         if cfg.resume:
             # Before the log and the cluster: a mismatch is reported as itself.
@@ -1026,6 +1033,8 @@ class Trainer:
         self.client.cancel(list(params_futures.values()))
         if lost:
             self._recover(lost)
+        if self._on_round is not None:
+            self._on_round(record)
         return record
 
     def training_seconds(self) -> float:

@@ -1,0 +1,271 @@
+"""Command-line conventions (issue 16, point 10).
+
+Usage errors exit 2, runtime errors 1, each with one line on stderr; training progress is a
+tqdm bar driven by the fit's round callback; ``hmdspt compare`` prints a line as each run
+ends and gives each run one colour in every panel of its chart; ``hmdspt monitor DIR``
+lists the logs of DIR's subfolders; plotting leaves the user's matplotlib backend alone;
+``--sync``, ``--partition`` and ``--rounds-per-epoch`` have help and the estimator's
+defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+
+from hmdspt.cli import build_parser, main
+from hmdspt.compare import RunResult
+from hmdspt.core.runlog import read_events
+from hmdspt.estimator import BPNNClassifier
+
+#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
+FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """An in-process two-worker cluster the CLI joins with ``--scheduler`` (over TCP, so
+    that a subprocess can join it too)."""
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", **FREE_PORTS
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def small_npz(tmp_path_factory):
+    X, y = make_classification(
+        n_samples=2000, n_features=10, n_classes=3, n_informative=6, random_state=0
+    )
+    path = tmp_path_factory.mktemp("data") / "small.npz"
+    np.savez(path, X=X.astype(np.float32), y=y)
+    return path
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str]:
+    """Exit code and stderr of ``hmdspt ARGV`` run in this process."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+    return code, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- exit codes
+def test_a_missing_file_is_a_runtime_error_exit_1(tmp_path, capsys):
+    code, err = _run(["train", "--in-process", "--data", str(tmp_path / "missing.npz")], capsys)
+    assert code == 1, err
+    assert err.splitlines() == [f"hmdspt: error: data file not found: {tmp_path}/missing.npz"]
+
+
+def test_monitor_of_a_missing_folder_is_a_runtime_error_exit_1(tmp_path, capsys):
+    code, err = _run(["monitor", str(tmp_path / "missing")], capsys)
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1 and "no run log or folder" in err
+
+
+def test_unusable_data_is_a_runtime_error_exit_1(tmp_path, capsys):
+    path = tmp_path / "nan.npz"
+    np.savez(path, X=np.full((10, 2), np.nan), y=np.arange(10) % 2)
+    code, err = _run(["train", "--in-process", "--data", str(path)], capsys)
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1 and "NaN/infinite" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--in-process", "--data", "{tmp}/d.csv"], "--target COLUMN is required"),
+        (["train", "--in-process", "--data", "{tmp}/d.txt"], "unsupported data format '.txt'"),
+        (["train", "--in-process", "--data", "{tmp}/gone.txt"], "unsupported data format"),
+        (["compare", "--strategies", "hmdspt,nope"], "unknown strategy 'nope'"),
+        (["score", "--seconds", "-1"], "expected a positive number"),
+        (["score", "--seconds", "nan"], "expected a positive number"),
+        (["compare", "--max-seconds", "0"], "expected a positive number"),
+        (["train", "--seed", "-1"], "expected an integer from 0 to"),
+        (["monitor", "{tmp}", "--port", "70000"], "expected a port from 0 to 65535"),
+        (
+            ["train", "--scheduler", "tcp://127.0.0.1:1", "--cluster", "slurm"],
+            "give either --scheduler or --cluster/--cluster-config",
+        ),
+    ],
+)
+def test_usage_problems_exit_2_with_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "d.csv").write_text("a,b\n1,2\n3,4\n")
+    (tmp_path / "d.txt").write_text("1 2\n")
+    code, err = _run([a.format(tmp=tmp_path) for a in argv], capsys)
+    assert code == 2, err
+    assert "Traceback" not in err
+    # argparse's own errors come after its usage line; the CLI's are the only line.
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hmdspt") and ": error: " in last and message in last, err
+
+
+# ------------------------------------------------------------------------ progress
+def test_fit_calls_on_round_after_every_round(scheduler, small_npz):
+    data = np.load(small_npz)
+    records = []
+    with Client(scheduler) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = BPNNClassifier(hidden_layer_sizes=(8,), max_iter=2, client=client, random_state=0)
+        clf.fit(data["X"], data["y"], on_round=records.append)  # no run log to follow
+    assert [r.round for r in records] == list(range(1, len(records) + 1))
+    assert len(records) >= 2 and records[-1].epoch == 2
+    assert all(r.rows > 0 and r.workers for r in records)
+
+
+def test_train_progress_is_a_tqdm_bar_counting_every_round(scheduler, small_npz, tmp_path, capsys):
+    argv = ["train", "--scheduler", scheduler, "--data", str(small_npz), "--epochs", "2"]
+    code, err = _run([*argv, "--hidden", "8", "--run-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    frames = [f for f in re.split(r"[\r\n]", err) if f.startswith("training: ")]
+    assert frames, err
+    (log,) = tmp_path.glob("*.jsonl")
+    rounds = [e for e in read_events(log) if e["event"] == "round"]
+    final = re.match(r"training: (\d+) rounds", frames[-1])
+    assert final and int(final.group(1)) == len(rounds), frames[-1]
+    assert "epoch 2/2" in frames[-1] and "loss " in frames[-1]
+
+
+# ------------------------------------------------------------------------- compare
+def test_compare_prints_a_line_as_each_run_ends(scheduler, small_npz, tmp_path):
+    runs = tmp_path / "runs"
+    chart = runs / "compare.png"
+    command = [sys.executable, "-m", "hmdspt", "compare", "--scheduler", scheduler]
+    command += ["--data", str(small_npz), "--hidden", "8", "--epochs", "1"]
+    command += ["--max-seconds", "5", "--run-dir", str(runs), "--strategies", "hmdspt,bsp-equal"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finished = {}
+    try:
+        for line in proc.stdout:
+            match = re.match(r"(\S+): done in [\d.]+ s", line)
+            if match:
+                # Printed when the run ended, not with the table once every run has.
+                finished[match.group(1)] = chart.exists()
+    finally:
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert finished == {"bpnn-in-process": False, "hmdspt": False, "bsp-equal": False}
+    assert chart.exists()
+
+
+def _results() -> list[RunResult]:
+    """Runs with and without an idle curve (in-process runs have none), in compare's order."""
+    curve = [(0.5, 0.6), (1.0, 0.8)]
+    idle = [(0.2, 0.1), (0.7, 0.05)]
+    return [
+        RunResult("bpnn-in-process", 1.0, 1.0, 0.8, curve, 2),
+        RunResult("hmdspt", 1.0, 1.0, 0.8, curve, 2, idle_curve=idle),
+        RunResult("hmdspt-equal", 1.0, 1.0, 0.8, curve, 2, idle_curve=idle),
+        RunResult("sklearn-in-process", 1.0, 1.0, 0.8, curve, 2),
+    ]
+
+
+def test_compare_chart_gives_each_run_one_colour_in_every_panel(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    from hmdspt.compare import plot
+
+    saved = []
+    savefig = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        saved.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    plot(_results(), 0.75, tmp_path / "c.png", "t")
+    (figure,) = saved
+    colours: dict[str, set[str]] = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith(("_", "target")):
+                colours.setdefault(line.get_label(), set()).add(to_hex(line.get_color()))
+    assert set(colours) == {r.name for r in _results()}
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert len({c.pop() for c in colours.values()}) == len(colours)  # and runs differ
+
+
+def test_compare_plot_leaves_the_matplotlib_backend_alone(tmp_path):
+    code = (
+        "import sys, matplotlib; matplotlib.use('svg'); "
+        "from hmdspt.compare import RunResult, plot; "
+        "c, i = [(0.5, 0.6), (1.0, 0.8)], [(0.2, 0.1), (0.7, 0.05)]; "
+        "runs = [RunResult('a', 1, 1, 0.8, c, 2), RunResult('b', 1, 1, 0.8, c, 2, idle_curve=i)]; "
+        "plot(runs, 0.75, sys.argv[1], 't'); "
+        "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "c.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["svg", "False"]
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------------- monitor
+def _log(path, run_id: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    event = {"event": "run_start", "run_id": run_id, "time": 0.0, "config": {}, "workers": []}
+    path.write_text(json.dumps(event) + "\n")
+
+
+def test_monitor_finds_the_logs_in_subfolders(tmp_path):
+    from hmdspt.app.monitor import Monitor
+    from hmdspt.app.rundata import list_runs
+
+    _log(tmp_path / "train.jsonl", "a")
+    _log(tmp_path / "compare" / "hmdspt.jsonl", "b")
+    _log(tmp_path / "other" / "deeper" / "hmdspt.jsonl", "c")  # the same name elsewhere
+    runs = list_runs(tmp_path)
+    assert sorted(r.run_id for r in runs) == ["a", "b", "c"]
+    labels = [r.label for r in runs]
+    assert len(set(labels)) == 3, labels
+    assert any(label.startswith("compare/hmdspt.jsonl") for label in labels), labels
+    # The page's run picker offers them all.
+    monitor = Monitor(path=str(tmp_path), live=False)
+    assert len(monitor.param.run.objects) == 3
+
+
+# ---------------------------------------------------------------------------- help
+def _sub_commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
+
+
+@pytest.mark.parametrize(
+    "command, dests",
+    [("train", ["sync", "partition", "rounds_per_epoch"]), ("compare", ["rounds_per_epoch"])],
+)
+def test_strategy_options_have_help_and_the_estimators_defaults(command, dests):
+    params = BPNNClassifier().get_params()
+    actions = {a.dest: a for a in _sub_commands()[command]._actions}
+    for dest in dests:
+        assert actions[dest].default == params[dest], dest
+        assert actions[dest].help and "default" in actions[dest].help, dest
+
+
+def test_every_option_has_help():
+    missing = [
+        f"{name} {'/'.join(a.option_strings) or a.dest}"
+        for name, sub in _sub_commands().items()
+        for a in sub._actions
+        if not a.help
+    ]
+    assert missing == []
