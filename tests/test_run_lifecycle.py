@@ -28,7 +28,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("P
 
 # A driver whose fit is interrupted: an in-process cluster, the estimator on it.
 INTERRUPTED_DRIVER = """
-import sys, warnings
+import faulthandler, signal, sys, warnings
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump on a hang
 import numpy as np
 from distributed import Client, LocalCluster
 from hmdspt.estimator import BPNNClassifier
@@ -111,7 +112,15 @@ def _interrupt_driver(tmp_path: Path, gaps_s: tuple[float, ...]) -> tuple[Path, 
         for gap in gaps_s:
             time.sleep(gap)
             proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            # A hang must say where: every thread's stack, then the run log's end events.
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            out, _ = proc.communicate()
+            pytest.fail(f"the driver hung; run_end {_run_end(log)}; its output:\n{out[-20000:]}")
     finally:
         proc.kill()
         proc.wait()
