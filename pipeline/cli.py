@@ -482,6 +482,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from hmdspt import __version__
+    from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
 
     parser = argparse.ArgumentParser(
@@ -517,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="hidden layer sizes (default: 128,64)",
     )
     train.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
-    train.add_argument("--sync", choices=("hmdspt", "local", "bsp"), default="hmdspt")
-    train.add_argument("--partition", choices=("proportional", "equal"), default="proportional")
+    train.add_argument("--sync", choices=tuple(SYNC_STRATEGIES), default="hmdspt")
+    train.add_argument("--partition", choices=tuple(PARTITION_POLICIES), default="proportional")
     train.add_argument("--rounds-per-epoch", type=_positive_int, default=1)
     train.add_argument("--run-dir", default="runs", help="folder of run logs (default: runs)")
     train.add_argument("--in-process", action="store_true", help="train without a cluster")
