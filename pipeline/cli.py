@@ -523,6 +523,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from hmdspt import __version__
+    from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
 
     parser = argparse.ArgumentParser(
@@ -561,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Defaults: the estimator's (tests/test_cli_conventions.py compares them).
     train.add_argument(
         "--sync",
-        choices=("hmdspt", "local", "bsp"),
+        choices=tuple(SYNC_STRATEGIES),
         default="hmdspt",
         help="synchronisation: hmdspt (step-normalised delta merge with block momentum), "
         "local (plain delta averaging) or bsp (one merged gradient step per global "
@@ -569,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--partition",
-        choices=("proportional", "equal"),
+        choices=tuple(PARTITION_POLICIES),
         default="proportional",
         help="rows per worker: proportional to its measured speed, or equal (default: %(default)s)",
     )

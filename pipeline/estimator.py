@@ -37,6 +37,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from hmdspt.core.checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
 from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
 
 __all__ = ["BPNNClassifier", "BPNNRegressor"]
 
@@ -119,8 +120,9 @@ class _BaseBPNN(BaseEstimator):
         ],
         "dtype": [StrOptions({"float32", "float64"}), type, np.dtype],
         "client": "no_validation",
-        "partition": [StrOptions({"proportional", "equal"})],
-        "sync": [StrOptions({"hmdspt", "local", "bsp"})],
+        # The registries' live key views: a strategy registered later is accepted too.
+        "partition": [StrOptions(PARTITION_POLICIES.keys())],
+        "sync": [StrOptions(SYNC_STRATEGIES.keys())],
         "rounds_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "block_momentum": [Interval(Real, 0, 1, closed="left")],
         "compression": [StrOptions({"none", "float16", "topk"})],
@@ -813,7 +815,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
         Cluster fits: step-normalised delta merge with block momentum and warm start;
-        plain model averaging; or a gradient average after every mini-batch.
+        plain model averaging; or a gradient average after every mini-batch. A strategy
+        registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
+        (likewise ``partition``).
     rounds_per_epoch : int, default=4
         Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
     block_momentum : float, default=0.5
@@ -1111,7 +1115,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
         Cluster fits: step-normalised delta merge with block momentum and warm start;
-        plain model averaging; or a gradient average after every mini-batch.
+        plain model averaging; or a gradient average after every mini-batch. A strategy
+        registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
+        (likewise ``partition``).
     rounds_per_epoch : int, default=4
         Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
     block_momentum : float, default=0.5

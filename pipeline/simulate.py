@@ -1,9 +1,12 @@
 """Discrete-event simulation of HMDSPT rounds on 8 to 4,096+ workers (pure numpy, no Dask).
 
-The simulator replaces the cluster, not the algorithm: every round it feeds the simulated
-measurements (rows, busy seconds) to the project's real :class:`hmdspt.core.speed.OnlineScorer`
-and asks the real :class:`hmdspt.core.partition.RebalancePolicy` whether and how to move rows,
-exactly as :mod:`hmdspt.parallel.trainer` does. Only the clock is simulated.
+The simulator replaces the cluster, not the algorithm: it drives the same partition policy
+object as :mod:`hmdspt.parallel.trainer` (:func:`hmdspt.core.strategies.get_partition`): the
+policy's ``uses_speeds`` says whether the workers are probed first, its ``shares`` give the
+first shards, and every round the simulated measurements (rows, busy seconds) go to the
+project's real :class:`hmdspt.core.speed.OnlineScorer` and the policy's ``plan`` (the
+trainer's re-balance decision) says whether and how to move rows. Only the clock is
+simulated.
 
 A round (times from the round's start, DESIGN.md "The round"):
 
@@ -44,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from hmdspt.core import partition
+from hmdspt.core import partition, strategies
 from hmdspt.core.speed import OnlineScorer
 
 __all__ = [
@@ -357,9 +360,11 @@ def simulate_run(
     speeds : array of float, str or None
         Base speeds in rows per second, or a :func:`make_speeds` kind (default log-normal,
         sigma 0.5).
-    partition : {"proportional", "equal"}
-        ``proportional``: shards from a probe, then the real scorer + rebalance policy
-        every ``rebalance_every`` rounds; ``equal``: equal shares, never re-balanced.
+    partition : {"proportional", "equal"} or another key of ``strategies.PARTITION_POLICIES``
+        The partition policy (:func:`hmdspt.core.strategies.get_partition`), driven as the
+        trainer drives it. ``proportional``: shards from a probe, then the real scorer and
+        the policy's re-balance plan every ``rebalance_every`` rounds; ``equal``: equal
+        shares, never re-balanced.
     merge : {"flat", "tree"}
         Driver fan-out/fan-in, or binomial-tree broadcast and pairwise reduction.
     n_rows : int
@@ -386,7 +391,8 @@ def simulate_run(
     probe_noise : float
         Log-normal error of the initial probe's speeds.
     rebalance_threshold, min_rows : float, int
-        Passed to :class:`hmdspt.core.partition.RebalancePolicy`.
+        The policy's ``threshold`` and ``min_rows``
+        (:class:`hmdspt.core.strategies.PartitionPolicy`).
     halflife : float
         Passed to :class:`hmdspt.core.speed.OnlineScorer`.
     rebalance_every : int
@@ -404,8 +410,7 @@ def simulate_run(
     -------
     SimResult
     """
-    if partition not in ("proportional", "equal"):
-        raise ValueError(f"partition must be 'proportional' or 'equal', got {partition!r}")
+    policy = _partition_policy(partition, rebalance_threshold, min_rows)
     if merge not in ("flat", "tree"):
         raise ValueError(f"merge must be 'flat' or 'tree', got {merge!r}")
     if n_workers < 1 or rounds < 1 or rounds_per_epoch < 1 or rebalance_every < 1:
@@ -419,18 +424,15 @@ def simulate_run(
     n = n_workers
     names = list(range(n))
 
-    # the project's real scorer and policy
+    # the project's real scorer and the trainer's partition policy
     scorer = OnlineScorer(halflife=halflife)
-    policy = _policy(rebalance_threshold, min_rows)
     for i in names:
         scorer.add_worker(i)
-    if partition == "proportional":
+    if policy.uses_speeds:  # the trainer probes the workers
         probe = base * np.exp(rng.normal(0.0, probe_noise, n)) if probe_noise else base
         for i in names:
             scorer.update_speed(i, float(probe[i]))
-        counts = _apportion(n_rows, scorer.scores(), min_rows)
-    else:
-        counts = _apportion(n_rows, dict.fromkeys(names, 1.0), min_rows)
+    counts = policy.shares(n_rows, scorer.scores())
 
     if rows_schedule is not None:
         rows_schedule = np.asarray(rows_schedule, dtype=float)
@@ -490,11 +492,11 @@ def simulate_run(
         ideal_s[r] = rows.sum() / eff_speed.sum()
         fastest_idle[r] = idle[int(np.argmax(eff_speed))] / wall if wall > 0 else 0.0
 
-        # --- measure (real scorer), then re-balance (real policy)
+        # --- measure (real scorer), then re-balance (the trainer's policy)
         for i in names:
             scorer.update(i, float(rows[i]), float(busy[i]))
-        if partition == "proportional" and rows_schedule is None and (r + 1) % rebalance_every == 0:
-            moves = policy.decide(counts, scorer.scores())
+        if rows_schedule is None and (r + 1) % rebalance_every == 0:
+            moves = policy.plan(counts, scorer.scores(), n_rows)
             if moves:
                 counts = _apply_moves(counts, moves)
                 moved = sum(m.rows for m in moves)
@@ -644,14 +646,10 @@ def calibrate(
     return Calibration(speeds, noise, common_noise, network, t)
 
 
-# Thin indirections to the real partition module (kept as module attributes so that the
-# names resolve at call time, e.g. under a test's monkeypatch).
-def _policy(threshold: float, min_rows: int) -> partition.RebalancePolicy:
-    return partition.RebalancePolicy(threshold=threshold, min_rows=min_rows)
-
-
-def _apportion(n_rows: int, scores: dict, min_rows: int) -> dict:
-    return partition.apportion(n_rows, scores, min_rows)
+# Thin indirections to the core (kept as module attributes so that the names resolve at call
+# time, e.g. under a test's monkeypatch; ``simulate_run``'s argument hides the module name).
+def _partition_policy(name: str, threshold: float, min_rows: int) -> strategies.PartitionPolicy:
+    return strategies.get_partition(name, threshold=threshold, min_rows=min_rows)
 
 
 def _apply_moves(counts: dict, moves: list) -> dict:

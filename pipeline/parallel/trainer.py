@@ -1,11 +1,13 @@
-"""The HMDSPT round loop on a Dask cluster: one loop, the strategies as parameters.
+"""The HMDSPT round loop on a Dask cluster: one loop, the strategies as objects.
 
 One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
 :func:`hmdspt.parallel.worker.round_task` on its own rows; the driver combines what comes
 back; timings update the scores; when the hysteresis rule says so, rows move worker to
 worker before the next round.
 
-The strategies differ only in three places, all parameters of the same loop:
+The loop holds no branch on a strategy's name: ``sync`` and ``partition`` name objects of
+:mod:`hmdspt.core.strategies`, which the loop calls. The sync strategies differ in what a
+worker returns and how the driver combines it:
 
 ================  ==========================  =========================================
 ``sync``          what a worker returns        how the driver combines
@@ -20,7 +22,7 @@ The strategies differ only in three places, all parameters of the same loop:
 ================  ==========================  =========================================
 
 ``partition="proportional"`` gives rows in proportion to measured speed and re-balances;
-``"equal"`` gives equal shares and never moves rows.
+``"equal"`` gives equal shares and never moves rows (but to take in a worker that joined).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from hmdspt.core import merge, partition
+from hmdspt.core import merge, partition, strategies
 from hmdspt.core.checkpoint import (
     Checkpoint,
     check_fingerprint,
@@ -53,8 +55,6 @@ from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, reba
 from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.worker import RoundSpec, remembered_speed, round_task, run_key, speed_key
 
-SYNC_MODES = ("hmdspt", "local", "bsp")
-PARTITION_MODES = ("proportional", "equal")
 COMPRESSION_MODES = ("none", "float16", "topk")
 
 
@@ -68,9 +68,9 @@ class TrainerConfig:
 
     Attributes
     ----------
-    sync : {"hmdspt", "local", "bsp"}
-        Synchronisation strategy (module docstring).
-    partition : {"proportional", "equal"}
+    sync : {"hmdspt", "local", "bsp"} or another key of ``strategies.SYNC_STRATEGIES``
+        Synchronisation strategy (module docstring; :mod:`hmdspt.core.strategies`).
+    partition : {"proportional", "equal"} or another key of ``strategies.PARTITION_POLICIES``
         Row shares by measured speed, or equal.
     rounds_per_epoch : int
         Rounds an epoch is split into (``sync="bsp"``: one round per global mini-batch).
@@ -185,13 +185,12 @@ class TrainerConfig:
     resume: bool = False
 
     def validate(self) -> None:
-        for name, value, allowed in (
-            ("sync", self.sync, SYNC_MODES),
-            ("partition", self.partition, PARTITION_MODES),
-            ("compression", self.compression, COMPRESSION_MODES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        strategies.get_sync(self.sync)  # each raises naming the bad value and the choices
+        strategies.get_partition(self.partition)
+        if self.compression not in COMPRESSION_MODES:
+            raise ValueError(
+                f"compression must be one of {COMPRESSION_MODES}, got {self.compression!r}"
+            )
         if self.rounds_per_epoch < 1:
             raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
         if not 0 <= self.block_momentum < 1:
@@ -328,13 +327,11 @@ class Trainer:
         self.config = config
         self.run_id = new_run_id()
         self.scorer = OnlineScorer()
-        self.policy = partition.RebalancePolicy(
-            threshold=config.rebalance_threshold, min_rows=config.min_rows
+        self.sync_strategy = strategies.get_sync(config.sync)
+        self.partition_policy = strategies.get_partition(
+            config.partition, threshold=config.rebalance_threshold, min_rows=config.min_rows
         )
-        self.momentum = merge.BlockMomentum(
-            momentum=config.block_momentum if config.sync == "hmdspt" else 0.0,
-            lr=config.block_lr if config.sync == "hmdspt" else 1.0,
-        )
+        self.momentum = self.sync_strategy.make_momentum(config)
         # bsp steps a global optimizer on the driver; the others step local ones.
         self.driver_optimizer = make_optimizer(
             n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
@@ -398,9 +395,15 @@ class Trainer:
             self.active.add(addr)
 
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
-        addresses = sorted(workers)
-        if self.config.partition == "equal":
-            return self._shares(n_rows, {a: 1.0 for a in addresses})
+        """Rows per worker before round one, by the partition policy (the workers' speeds
+        measured first when the policy's shares follow them)."""
+        if self.partition_policy.uses_speeds:
+            self._measure_speeds(n_rows, sorted(workers))
+        return self.partition_policy.shares(n_rows, self.scorer.scores())
+
+    def _measure_speeds(self, n_rows: int, addresses: list[str]) -> None:
+        """Every worker's speed, from the checkpoint resumed, the workers' speed memory or
+        a probe (the first of these that has them all), into the scorer and the log."""
         if self.resumed_from is not None and all(
             self.scorer.estimates[a].n_updates for a in addresses
         ):
@@ -414,7 +417,7 @@ class Trainer:
                     source="online",  # measured online before the restart
                     restored=True,
                 )
-            return self._shares(n_rows, self.scorer.scores())
+            return
         remembered = self._remembered_speeds(addresses)
         if remembered is not None:
             for addr, memory in remembered.items():
@@ -428,7 +431,7 @@ class Trainer:
                     age_s=memory["age_s"],
                     from_run_id=memory["run_id"],
                 )
-            return self._shares(n_rows, self.scorer.scores())
+            return
         probe = score_workers(
             self.client,
             self.model.layer_sizes,
@@ -442,15 +445,6 @@ class Trainer:
         for addr, speed in probe.items():
             self.scorer.update_speed(addr, speed)
             self._log("score", round=0, worker=self._names[addr], score=speed, source="probe")
-        return self._shares(n_rows, self.scorer.scores())
-
-    def _shares(self, n_rows: int, scores: dict[str, float]) -> dict[str, int]:
-        """Rows per worker by score; with fewer rows than ``min_rows`` each, the fastest
-        workers that can have them (:func:`hmdspt.core.partition.fitting_workers`)."""
-        min_rows = self.config.min_rows
-        return partition.apportion(
-            n_rows, partition.fitting_workers(n_rows, scores, min_rows), min_rows
-        )
 
     def _remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
         """Every worker's remembered speed for this model shape, or None (then probe)."""
@@ -664,7 +658,7 @@ class Trainer:
                         if k.startswith("extra.")
                     }
                     on_resume(dict(ckpt.meta.get("extra", {})), arrays)
-            elif cfg.sync == "hmdspt" and cfg.warm_start_rows and cfg.warm_start_epochs:
+            elif self.sync_strategy.warm_starts and cfg.warm_start_rows and cfg.warm_start_epochs:
                 sample = np.random.default_rng(cfg.seed).choice(
                     n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
                 )
@@ -683,13 +677,11 @@ class Trainer:
                 pilot_score = None if evaluate is None else self._timed(evaluate)
                 if self.log is not None:
                     self.log.warm_start(len(sample), cfg.warm_start_epochs, t_pilot, pilot_score)
-            rounds_per_epoch = (
-                math.ceil(n_rows / self.batch_size) if cfg.sync == "bsp" else cfg.rounds_per_epoch
-            )
+            rounds_per_epoch = self.sync_strategy.rounds_per_epoch(n_rows, self.batch_size, cfg)
             self._rounds_per_epoch = rounds_per_epoch
             ramp_rounds = (
                 self._ramp_rounds(rounds_per_epoch)
-                if cfg.sync == "hmdspt" and self.resumed_from is None
+                if self.sync_strategy.ramps and self.resumed_from is None
                 else 0
             )
             for epoch in range(start_epoch, max_epochs + 1):
@@ -890,11 +882,11 @@ class Trainer:
             layer_sizes=self.model.layer_sizes,
             hidden_activation=self.model.hidden_activation,
             out_activation=self.model.out_activation,
-            alpha=self.model.alpha,
+            alpha=self.sync_strategy.worker_alpha(self.model.alpha),
             dtype=self.model.dtype.name,
             optimizer=self.optimizer_kwargs,
             batch_size=self.batch_size,
-            mode="gradient" if cfg.sync == "bsp" else "delta",
+            mode=self.sync_strategy.worker_mode,
             new_epoch=new_epoch,
             rounds_left=rounds_left,
             learning_rate=self.driver_optimizer.learning_rate,
@@ -911,8 +903,8 @@ class Trainer:
             # gradients (a different cost per row), nor from catch-up rounds (only some
             # workers have rows due).
             remember_speed=(
-                cfg.partition == "proportional"
-                and cfg.sync != "bsp"
+                self.partition_policy.uses_speeds
+                and self.sync_strategy.remembers_speed
                 and rounds_left <= self._rounds_per_epoch
                 and not self._catching_up
             ),
@@ -1255,51 +1247,25 @@ class Trainer:
     def _apply(self, results: dict[str, dict]) -> None:
         """Combine the workers' payloads into the global parameters (the strategy)."""
         order = sorted(results)
-        payloads = [merge.decompress(results[a]["payload"]) for a in order]
-        rows = [results[a]["rows"] for a in order]
-        if self.config.sync == "bsp":
-            total = sum(rows)
-            if not total:
-                return
-            grad = self.model.grad
-            grad[...] = 0
-            for g in payloads:
-                grad += g
-            if self.model.alpha:  # the L2 term once for the global batch
-                self.model.add_l2_gradient(grad)
-            grad /= total
-            self.driver_optimizer.update(self.model.params, grad)
-            return
-        steps = [results[a]["steps"] for a in order]
-        if not any(r and s for r, s in zip(rows, steps)):
-            return
-        delta = merge.merge_deltas(
-            payloads,
-            rows,
-            steps,
-            normalize_steps=self.config.sync == "hmdspt" and self.config.normalize_steps,
+        self.sync_strategy.combine(
+            self.model,
+            [merge.decompress(results[a]["payload"]) for a in order],
+            [results[a]["rows"] for a in order],
+            [results[a]["steps"] for a in order],
+            optimizer=self.driver_optimizer,
+            momentum=self.momentum,
+            config=self.config,
         )
-        self.momentum.step(self.model.params, delta)
 
     # -------------------------------------------------------------- rebalance
     def _maybe_rebalance(self, force: bool = False) -> None:
-        """Move rows when the hysteresis rule says so (``force``: also for equal shares,
-        which must take in a worker that joined)."""
-        if self.config.partition != "proportional" and not force:
-            return
+        """Move rows when the partition policy's plan says so
+        (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`; ``force``: also a policy that
+        does not re-balance, which must take in a worker that joined)."""
         members = sorted(self.active)
         current = {a: self.staged.counts.get(a, 0) for a in members}
-        if self.config.partition == "proportional":
-            scores = {a: self.scorer.score(a) for a in members}
-        else:
-            scores = {a: 1.0 for a in members}
-        fitting = partition.fitting_workers(self.n_rows, scores, self.config.min_rows)
-        holders = [a for a in members if current[a]]
-        if len(fitting) < len(scores) and len(holders) == len(fitting) and not force:
-            # Fewer rows than workers: the holders keep them while their ranking by
-            # (noisy) scores changes; a join (force) ranks again.
-            fitting = {a: scores[a] for a in holders}
-        moves = self.policy.decide(current, fitting)
+        scores = {a: self.scorer.score(a) for a in members}
+        moves = self.partition_policy.plan(current, scores, self.n_rows, force=force)
         if not moves:
             return
         start = time.perf_counter()
@@ -1328,7 +1294,7 @@ class Trainer:
         self._log(
             "partition",
             round=round_,
-            # Members without rows too (fewer rows than workers: see _shares).
+            # Members without rows too (fewer rows than workers: PartitionPolicy.shares).
             rows={
                 self._names[a]: int(self.staged.counts.get(a, 0))
                 for a in [*self.staged.counts, *sorted(self.active - set(self.staged.counts))]

@@ -792,14 +792,17 @@ class RoundSpec:
     run_id : str
         Key of the per-run state on the worker.
     layer_sizes, hidden_activation, out_activation, alpha, dtype
-        The model (see :class:`hmdspt.core.nn.MLP`).
+        The model (see :class:`hmdspt.core.nn.MLP`); ``alpha`` is the L2 penalty the
+        workers apply (the sync strategy's ``worker_alpha``: 0 for bsp, whose driver adds
+        it once).
     optimizer : dict
         Keyword arguments of :func:`hmdspt.core.nn.make_optimizer` (with ``solver``).
     batch_size : int
         Local mini-batch size.
     mode : {"delta", "gradient"}
-        ``"delta"``: local mini-batch steps, return ``w_i - w_t`` (hmdspt, local).
-        ``"gradient"``: one gradient over the round's rows, return it (bsp).
+        The sync strategy's ``worker_mode``, a key of :data:`ROUND_WORK`: ``"delta"``,
+        local mini-batch steps, return ``w_i - w_t`` (hmdspt, local); ``"gradient"``, one
+        gradient over the round's rows, return it (bsp).
     new_epoch : bool
         First round of an epoch: every row of the shard becomes due again.
     rounds_left : int
@@ -845,13 +848,11 @@ class RoundSpec:
 
 
 def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
-    # bsp workers return data gradients only: the driver adds the L2 term once.
-    alpha = 0.0 if spec.mode == "gradient" else spec.alpha
     model = MLP(
         spec.layer_sizes,
         spec.hidden_activation,
         spec.out_activation,
-        alpha,
+        spec.alpha,
         np.dtype(spec.dtype),
     )
     optimizer = make_optimizer(n_params=model.n_params, dtype=model.dtype, **spec.optimizer)
@@ -877,6 +878,61 @@ def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
     Returns whether the worker held the run.
     """
     return bool(drop_runs([run_id], None, dask_worker))
+
+
+def _local_steps(
+    state: dict[str, Any], shard, rows: np.ndarray, params: np.ndarray, spec: RoundSpec
+) -> tuple[Any, float, int]:
+    """``mode="delta"``: local mini-batch steps over ``rows``; the payload is
+    ``w_i - w_t``, compressed (with error feedback when the run has it)."""
+    model, optimizer = state["model"], state["optimizer"]
+    loss_sum, steps = 0.0, 0
+    # Chunk size from the last chunk's CPU time, kept per run on the worker.
+    n_batches = state.get("chunk_batches", spec.chunk_batches)
+    lo = 0
+    while lo < len(rows):
+        chunk = spec.batch_size * n_batches
+        with throttled() as record:
+            part_loss, part_steps = minibatch_pass(
+                model,
+                optimizer,
+                shard.X,
+                shard.y,
+                rows[lo : lo + chunk],
+                spec.batch_size,
+                state["buffers"],
+            )
+        if part_steps == n_batches:  # a full chunk: a fair measure of its cost
+            n_batches = batches_per_chunk(record.cpu_s, part_steps)
+        lo += chunk
+        loss_sum += part_loss
+        steps += part_steps
+    state["chunk_batches"] = n_batches
+    delta = model.params  # reuse the buffer: w_i - w_t in place
+    delta -= params
+    feedback = state["feedback"]
+    payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
+    return payload, loss_sum, steps
+
+
+def _data_gradient(
+    state: dict[str, Any], shard, rows: np.ndarray, params: np.ndarray, spec: RoundSpec
+) -> tuple[Any, float, int]:
+    """``mode="gradient"``: the sum of the data gradients of ``rows`` (one step), sent
+    uncompressed; the driver divides by the rows of all workers."""
+    model = state["model"]
+    loss_sum, steps = 0.0, 0
+    if len(rows):
+        with throttled():
+            # n_total=1: the sum of the rows' data gradients; the driver divides.
+            loss_sum = model.loss_and_grad(shard.X[rows], shard.y[rows], n_total=1)
+        steps = 1
+    return compress(model.grad.copy(), "none"), loss_sum, steps
+
+
+#: A round's work by ``RoundSpec.mode`` (:data:`hmdspt.core.strategies.WORKER_MODES`):
+#: ``work(state, shard, rows, params, spec) -> (payload, loss_sum, steps)``.
+ROUND_WORK = {"delta": _local_steps, "gradient": _data_gradient}
 
 
 def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
@@ -916,40 +972,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     if hasattr(optimizer, "lr_schedule"):
         optimizer.learning_rate = spec.learning_rate
 
-    loss_sum, steps = 0.0, 0
-    if spec.mode == "gradient":
-        if quota:
-            with throttled():
-                # n_total=1: the sum of the rows' data gradients; the driver divides.
-                loss_sum = model.loss_and_grad(shard.X[rows], shard.y[rows], n_total=1)
-            steps = 1
-        payload = compress(model.grad.copy(), "none")
-    else:
-        # Chunk size from the last chunk's CPU time, kept per run on the worker.
-        n_batches = state.get("chunk_batches", spec.chunk_batches)
-        lo = 0
-        while lo < quota:
-            chunk = spec.batch_size * n_batches
-            with throttled() as record:
-                part_loss, part_steps = minibatch_pass(
-                    model,
-                    optimizer,
-                    shard.X,
-                    shard.y,
-                    rows[lo : lo + chunk],
-                    spec.batch_size,
-                    state["buffers"],
-                )
-            if part_steps == n_batches:  # a full chunk: a fair measure of its cost
-                n_batches = batches_per_chunk(record.cpu_s, part_steps)
-            lo += chunk
-            loss_sum += part_loss
-            steps += part_steps
-        state["chunk_batches"] = n_batches
-        delta = model.params  # reuse the buffer: w_i - w_t in place
-        delta -= params
-        feedback = state["feedback"]
-        payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
+    payload, loss_sum, steps = ROUND_WORK[spec.mode](state, shard, rows, params, spec)
     busy_s = time.perf_counter() - start
     if spec.remember_speed and quota:
         _remember_speed(spec, int(quota), busy_s)

@@ -1,0 +1,407 @@
+"""The sync strategies and partition policies, as small classes looked up by name.
+
+The round loop (:mod:`hmdspt.parallel.trainer`) is one loop for every strategy; what differs
+between strategies lives here, as the methods and attributes of two kinds of object:
+
+- a :class:`SyncStrategy` says what a worker returns and how the driver combines it:
+  :class:`HMDSPTSync` (``"hmdspt"``), :class:`LocalSync` (``"local"``), :class:`BSPSync`
+  (``"bsp"``);
+- a :class:`PartitionPolicy` says how many rows each worker holds and when rows move:
+  :class:`ProportionalPartition` (``"proportional"``), :class:`EqualPartition`
+  (``"equal"``). The simulator (:mod:`hmdspt.simulate`) drives the same objects.
+
+:data:`SYNC_STRATEGIES` and :data:`PARTITION_POLICIES` map the names users pass
+(``sync="bsp"``) to the classes; they are the one list of choices, read by the trainer's
+configuration, the estimators' parameter validation and the command line. A new strategy is
+one class and one registration (``docs/design.md``, "Strategies")::
+
+    class MomentumLocalSync(LocalSync):
+        '''Plain row-weighted average, then block momentum.'''
+
+        def make_momentum(self, config):
+            return merge.BlockMomentum(config.block_momentum, config.block_lr)
+
+    SYNC_STRATEGIES["local-momentum"] = MomentumLocalSync
+
+Like scikit-learn's optimizers (``sklearn/neural_network/_stochastic_optimizers.py``) the
+classes hold the arithmetic only; the loop that calls them, the cluster and the run log stay
+in the trainer. Everything here is numpy and the core.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from hmdspt.core import merge, partition
+
+if TYPE_CHECKING:
+    from hmdspt.core.nn import MLP
+
+__all__ = [
+    "PARTITION_POLICIES",
+    "SYNC_STRATEGIES",
+    "WORKER_MODES",
+    "BSPSync",
+    "EqualPartition",
+    "HMDSPTSync",
+    "LocalSync",
+    "PartitionPolicy",
+    "ProportionalPartition",
+    "SyncStrategy",
+    "get_partition",
+    "get_sync",
+]
+
+#: The kinds of work a worker does in a round (``RoundSpec.mode``): ``"delta"``, local
+#: mini-batch steps returning ``w_i - w_t``; ``"gradient"``, one gradient over the round's
+#: rows. A sync strategy picks one (:attr:`SyncStrategy.worker_mode`).
+WORKER_MODES = ("delta", "gradient")
+
+
+# ---------------------------------------------------------------------------------------
+# sync strategies
+# ---------------------------------------------------------------------------------------
+
+
+class SyncStrategy:
+    """What a worker returns each round and how the driver combines it (the base class).
+
+    Subclasses set the class attributes and override the methods that differ. Methods that
+    depend on settings take ``config``, an object with the attributes of
+    :class:`hmdspt.parallel.trainer.TrainerConfig` (``block_momentum``, ``block_lr``,
+    ``normalize_steps``, ``rounds_per_epoch``, ...).
+
+    Attributes
+    ----------
+    worker_mode : {"delta", "gradient"}
+        What a worker computes and returns (:data:`WORKER_MODES`).
+    warm_starts : bool
+        Run the warm-start pilot fit on the driver before round one (fresh fits).
+    ramps : bool
+        Open a fresh fit's first epoch with short ramp rounds
+        (:func:`hmdspt.parallel.trainer.round_schedule`).
+    remembers_speed : bool
+        A worker's rows per busy second in this strategy's rounds are those the probe
+        measures (local mini-batch steps), so its regular rounds may be remembered as the
+        worker's speed (:func:`hmdspt.parallel.worker.remembered_speed`).
+    """
+
+    worker_mode: ClassVar[str] = "delta"
+    warm_starts: ClassVar[bool] = False
+    ramps: ClassVar[bool] = False
+    remembers_speed: ClassVar[bool] = True
+
+    def rounds_per_epoch(self, n_rows: int, batch_size: int, config: Any) -> int:
+        """Regular rounds an epoch is split into: ``config.rounds_per_epoch``."""
+        return int(config.rounds_per_epoch)
+
+    def make_momentum(self, config: Any) -> merge.BlockMomentum:
+        """The driver's block momentum: none (``mu=0``, ``eta=1``: the merged update as is)."""
+        return merge.BlockMomentum(momentum=0.0, lr=1.0)
+
+    def worker_alpha(self, alpha: float) -> float:
+        """The L2 penalty the workers apply in their rounds: the model's own."""
+        return alpha
+
+    def combine(
+        self,
+        model: MLP,
+        payloads: Sequence[np.ndarray],
+        rows: Sequence[int],
+        steps: Sequence[int],
+        *,
+        optimizer: Any,
+        momentum: merge.BlockMomentum,
+        config: Any,
+    ) -> None:
+        """Update ``model.params`` in place from one round's payloads.
+
+        Parameters
+        ----------
+        model : MLP
+            The global model.
+        payloads : sequence of ndarray
+            Each worker's decompressed payload (a delta or a gradient), in a fixed order.
+        rows, steps : sequence of int
+            Rows each worker processed and local steps it took, in the same order.
+        optimizer : optimizer of :func:`hmdspt.core.nn.make_optimizer`
+            The driver's optimizer (its learning rate is also the workers' schedule).
+        momentum : BlockMomentum
+            What :meth:`make_momentum` made for this fit.
+        config : TrainerConfig
+            The fit's settings.
+        """
+        raise NotImplementedError
+
+
+class LocalSync(SyncStrategy):
+    """``"local"``: local SGD. Workers return ``w_i - w_t`` after local mini-batch steps;
+    the driver adds their plain row-weighted average (no momentum, no warm start)."""
+
+    def normalize_steps(self, config: Any) -> bool:
+        """Normalise the merge by the workers' local step counts (FedNova): no."""
+        return False
+
+    def combine(
+        self,
+        model: MLP,
+        payloads: Sequence[np.ndarray],
+        rows: Sequence[int],
+        steps: Sequence[int],
+        *,
+        optimizer: Any,
+        momentum: merge.BlockMomentum,
+        config: Any,
+    ) -> None:
+        if not any(r and s for r, s in zip(rows, steps)):
+            return
+        delta = merge.merge_deltas(
+            payloads, rows, steps, normalize_steps=self.normalize_steps(config)
+        )
+        momentum.step(model.params, delta)
+
+
+class HMDSPTSync(LocalSync):
+    """``"hmdspt"``: deltas after local steps, merged normalised by step counts (FedNova,
+    ``config.normalize_steps``), then block momentum (BMUF: ``config.block_momentum``,
+    ``config.block_lr``); a fresh fit starts from a warm-start pilot fit and ramp rounds."""
+
+    warm_starts = True
+    ramps = True
+
+    def normalize_steps(self, config: Any) -> bool:
+        """``config.normalize_steps`` (False: the plain average, for ablation)."""
+        return bool(config.normalize_steps)
+
+    def make_momentum(self, config: Any) -> merge.BlockMomentum:
+        return merge.BlockMomentum(momentum=config.block_momentum, lr=config.block_lr)
+
+
+class BSPSync(SyncStrategy):
+    """``"bsp"``: bulk-synchronous SGD. Workers return the sum of their rows' data
+    gradients; the driver adds the L2 term once, divides by the rows and takes one step of
+    its optimizer, so a round is a single-process step on the union batch. An epoch has one
+    round per global mini-batch."""
+
+    worker_mode = "gradient"
+    # Gradients over all the round's rows cost otherwise per row than the probe's steps.
+    remembers_speed = False
+
+    def rounds_per_epoch(self, n_rows: int, batch_size: int, config: Any) -> int:
+        """One round per global mini-batch: ``ceil(n_rows / batch_size)``."""
+        return math.ceil(n_rows / batch_size)
+
+    def worker_alpha(self, alpha: float) -> float:
+        """0: workers return data gradients only; :meth:`combine` adds the L2 term once."""
+        return 0.0
+
+    def combine(
+        self,
+        model: MLP,
+        payloads: Sequence[np.ndarray],
+        rows: Sequence[int],
+        steps: Sequence[int],
+        *,
+        optimizer: Any,
+        momentum: merge.BlockMomentum,
+        config: Any,
+    ) -> None:
+        total = sum(rows)
+        if not total:
+            return
+        grad = model.grad
+        grad[...] = 0
+        for g in payloads:
+            grad += g
+        if model.alpha:  # the L2 term once for the global batch
+            model.add_l2_gradient(grad)
+        grad /= total
+        optimizer.update(model.params, grad)
+
+
+# ---------------------------------------------------------------------------------------
+# partition policies
+# ---------------------------------------------------------------------------------------
+
+
+class PartitionPolicy:
+    """How many rows each worker holds, and when rows move (the base class).
+
+    Parameters
+    ----------
+    threshold : float, default=0.05
+        Re-balance only when the predicted round time improves by more than this
+        fraction (:class:`hmdspt.core.partition.RebalancePolicy`).
+    min_rows : int, default=1
+        Fewest rows a worker that holds any keeps (so its speed keeps being measured).
+
+    Attributes
+    ----------
+    uses_speeds : bool
+        Shares follow the workers' measured speeds: before the rows are first staged the
+        trainer measures them (checkpoint, speed memory or probe), and with such shares
+        every worker is busy for the whole round, so its speed may be remembered.
+    rebalances : bool
+        Rows move between rounds as the scores change. A worker that joins is always
+        given rows (``force``).
+    rebalancer : RebalancePolicy
+        The hysteresis rule and move planner.
+    """
+
+    uses_speeds: ClassVar[bool] = True
+    rebalances: ClassVar[bool] = True
+
+    def __init__(self, threshold: float = 0.05, min_rows: int = 1) -> None:
+        self.rebalancer = partition.RebalancePolicy(threshold=threshold, min_rows=min_rows)
+        self.min_rows = self.rebalancer.min_rows
+
+    def weights(self, scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+        """What the rows are apportioned by, per worker, from its score (rows per second)."""
+        raise NotImplementedError
+
+    def shares(self, n_rows: int, scores: Mapping[Hashable, float]) -> dict[Hashable, int]:
+        """Rows per worker, from the workers' scores.
+
+        With fewer than ``min_rows`` rows for each worker, only the workers with the
+        highest weights that can each hold ``min_rows`` get rows
+        (:func:`hmdspt.core.partition.fitting_workers`); the others are left out.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows to share.
+        scores : mapping of worker to float
+            Every worker's score, finite and > 0.
+
+        Returns
+        -------
+        counts : dict
+            Rows per chosen worker, summing to ``n_rows``, in the order of ``scores``.
+        """
+        fitting = partition.fitting_workers(n_rows, self.weights(scores), self.min_rows)
+        return partition.apportion(n_rows, fitting, self.min_rows)
+
+    def plan(
+        self,
+        current: Mapping[Hashable, int],
+        scores: Mapping[Hashable, float],
+        n_rows: int,
+        force: bool = False,
+    ) -> list[partition.Move] | None:
+        """Moves to carry out before the next round, or None to keep the layout.
+
+        Parameters
+        ----------
+        current : mapping of worker to int
+            Rows each member holds now (0 for members without rows), in the order of
+            ``scores``.
+        scores : mapping of worker to float
+            Every member's score.
+        n_rows : int
+            Rows of the data set.
+        force : bool, default=False
+            Plan even when this policy does not re-balance (a worker joined and must be
+            given rows), and rank again which workers hold rows when there are fewer rows
+            than workers.
+
+        Returns
+        -------
+        moves : list of Move or None
+        """
+        if not (self.rebalances or force):
+            return None
+        weights = self.weights(scores)
+        fitting = partition.fitting_workers(n_rows, weights, self.min_rows)
+        holders = [w for w in current if current[w]]
+        if len(fitting) < len(weights) and len(holders) == len(fitting) and not force:
+            # Fewer rows than workers: the holders keep them while their ranking by
+            # (noisy) scores changes; a join (force) ranks again.
+            fitting = {w: weights[w] for w in holders}
+        return self.rebalancer.decide(current, fitting)
+
+
+class ProportionalPartition(PartitionPolicy):
+    """``"proportional"``: rows in proportion to measured speed, re-balanced between rounds
+    when the predicted round time improves by more than ``threshold``."""
+
+    def weights(self, scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+        """The scores themselves."""
+        return dict(scores)
+
+
+class EqualPartition(PartitionPolicy):
+    """``"equal"``: equal shares; rows move only to give a joining worker its share."""
+
+    uses_speeds = False
+    rebalances = False
+
+    def weights(self, scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+        """1 for every worker."""
+        return dict.fromkeys(scores, 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# registries
+# ---------------------------------------------------------------------------------------
+
+#: Sync strategies by the name users pass (``sync=``); register a new one by adding it.
+SYNC_STRATEGIES: dict[str, type[SyncStrategy]] = {
+    "hmdspt": HMDSPTSync,
+    "local": LocalSync,
+    "bsp": BSPSync,
+}
+#: Partition policies by the name users pass (``partition=``).
+PARTITION_POLICIES: dict[str, type[PartitionPolicy]] = {
+    "proportional": ProportionalPartition,
+    "equal": EqualPartition,
+}
+
+
+def _lookup(registry: Mapping[str, type], what: str, name: Any) -> type:
+    if isinstance(name, str) and name in registry:
+        return registry[name]
+    choices = ", ".join(repr(k) for k in registry)
+    raise ValueError(f"{what} must be one of {choices}, got {name!r}")
+
+
+def get_sync(name: str) -> SyncStrategy:
+    """The sync strategy registered as ``name`` (:data:`SYNC_STRATEGIES`).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not registered; the message names it and the choices.
+
+    Examples
+    --------
+    >>> get_sync("bsp").worker_mode
+    'gradient'
+    """
+    return _lookup(SYNC_STRATEGIES, "sync", name)()
+
+
+def get_partition(name: str, threshold: float = 0.05, min_rows: int = 1) -> PartitionPolicy:
+    """The partition policy registered as ``name`` (:data:`PARTITION_POLICIES`).
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`PARTITION_POLICIES`.
+    threshold, min_rows
+        See :class:`PartitionPolicy`.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not registered; the message names it and the choices.
+
+    Examples
+    --------
+    >>> get_partition("equal").shares(10, {"a": 4.0, "b": 1.0})
+    {'a': 5, 'b': 5}
+    """
+    return _lookup(PARTITION_POLICIES, "partition", name)(threshold=threshold, min_rows=min_rows)

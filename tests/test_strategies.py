@@ -1,0 +1,367 @@
+"""Strategies as objects (issue 16, point 3): the sync strategies and partition policies are
+classes looked up by name, the trainer, the worker and the simulator call them, and no
+module branches on a strategy's name. A new strategy is one class and one registration."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from hmdspt.cli import build_parser
+from hmdspt.core import merge, partition
+from hmdspt.core.nn import MLP, make_optimizer
+from hmdspt.core.runlog import read_events
+from hmdspt.core.strategies import (
+    PARTITION_POLICIES,
+    SYNC_STRATEGIES,
+    WORKER_MODES,
+    BSPSync,
+    EqualPartition,
+    HMDSPTSync,
+    LocalSync,
+    ProportionalPartition,
+    get_partition,
+    get_sync,
+)
+from hmdspt.estimator import BPNNClassifier
+from hmdspt.parallel.trainer import TrainerConfig
+from hmdspt.parallel.worker import ROUND_WORK
+from hmdspt.simulate import NetworkModel, simulate_run
+
+FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+BUILT_IN_SYNC = ("hmdspt", "local", "bsp")
+BUILT_IN_PARTITION = ("proportional", "equal")
+
+
+# --- the toy strategies of docs/design.md, "Strategies": one class each ------------------
+class MomentumLocalSync(LocalSync):
+    """Plain row-weighted average, then block momentum."""
+
+    def make_momentum(self, config):
+        return merge.BlockMomentum(config.block_momentum, config.block_lr)
+
+
+class ProbedOncePartition(ProportionalPartition):
+    """Rows by the probed speeds, never moved afterwards."""
+
+    rebalances = False
+
+
+@pytest.fixture
+def toys():
+    """Register the toys (one line each), and take them out again after the test."""
+    SYNC_STRATEGIES["local-momentum"] = MomentumLocalSync
+    PARTITION_POLICIES["probed-once"] = ProbedOncePartition
+    yield
+    del SYNC_STRATEGIES["local-momentum"], PARTITION_POLICIES["probed-once"]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(
+        n_samples=1200, n_features=10, n_informative=6, n_classes=3, random_state=0
+    )
+    return X.astype(np.float32), y
+
+
+# --- look-ups ---------------------------------------------------------------------------
+def test_names_look_up_their_classes():
+    assert list(SYNC_STRATEGIES) == list(BUILT_IN_SYNC)
+    assert list(PARTITION_POLICIES) == list(BUILT_IN_PARTITION)
+    for name, cls in [("hmdspt", HMDSPTSync), ("local", LocalSync), ("bsp", BSPSync)]:
+        assert type(get_sync(name)) is cls
+    policy = get_partition("proportional", threshold=0.2, min_rows=3)
+    assert type(policy) is ProportionalPartition
+    assert policy.rebalancer == partition.RebalancePolicy(threshold=0.2, min_rows=3)
+    assert type(get_partition("equal")) is EqualPartition
+
+
+@pytest.mark.parametrize(
+    "lookup, what, bad",
+    [
+        (get_sync, "sync", "async"),
+        (get_sync, "sync", None),
+        (get_sync, "sync", ["bsp"]),
+        (get_partition, "partition", "random"),
+        (get_partition, "partition", "Equal"),
+    ],
+)
+def test_bad_names_give_one_line_naming_the_value_and_the_choices(lookup, what, bad):
+    with pytest.raises(ValueError) as excinfo:
+        lookup(bad)
+    message = str(excinfo.value)
+    assert "\n" not in message
+    assert message.startswith(f"{what} must be one of ") and message.endswith(f"got {bad!r}")
+    registry = SYNC_STRATEGIES if what == "sync" else PARTITION_POLICIES
+    assert all(repr(name) in message for name in registry)
+
+
+def test_every_consumer_takes_its_choices_from_the_registries(toys):
+    # TrainerConfig, the simulator, the estimator and the CLI all accept the registered toys
+    TrainerConfig(sync="local-momentum", partition="probed-once").validate()
+    with pytest.raises(ValueError, match=r"^sync must be one of 'hmdspt', .*got 'async'$"):
+        TrainerConfig(sync="async").validate()
+    with pytest.raises(ValueError, match=r"^partition must be one of .*'probed-once', got 'x'$"):
+        simulate_run(3, partition="x")
+    constraints = BPNNClassifier._parameter_constraints
+    assert constraints["sync"][0].is_satisfied_by("local-momentum")
+    assert constraints["partition"][0].is_satisfied_by("probed-once")
+    args = build_parser().parse_args(["train", "--sync", "local-momentum"])
+    assert args.sync == "local-momentum"
+    train = next(
+        p
+        for a in build_parser()._subparsers._group_actions
+        for n, p in a.choices.items()
+        if n == "train"
+    )
+    choices = {a.dest: a.choices for a in train._actions if a.dest in ("sync", "partition")}
+    assert choices == {"sync": tuple(SYNC_STRATEGIES), "partition": tuple(PARTITION_POLICIES)}
+
+
+def test_every_sync_strategy_picks_a_kind_of_work_the_worker_has():
+    assert set(ROUND_WORK) == set(WORKER_MODES)
+    assert {get_sync(n).worker_mode for n in SYNC_STRATEGIES} == set(WORKER_MODES)
+
+
+# --- what the objects do ----------------------------------------------------------------
+def test_sync_strategies_differ_where_the_trainer_branched():
+    cfg = TrainerConfig(block_momentum=0.7, block_lr=0.9, rounds_per_epoch=3)
+    hmdspt, local, bsp = get_sync("hmdspt"), get_sync("local"), get_sync("bsp")
+    assert (hmdspt.warm_starts, local.warm_starts, bsp.warm_starts) == (True, False, False)
+    assert (hmdspt.ramps, local.ramps, bsp.ramps) == (True, False, False)
+    assert (hmdspt.remembers_speed, local.remembers_speed, bsp.remembers_speed) == (
+        True,
+        True,
+        False,
+    )
+    assert [s.rounds_per_epoch(1000, 128, cfg) for s in (hmdspt, local, bsp)] == [3, 3, 8]
+    assert [s.worker_alpha(1e-3) for s in (hmdspt, local, bsp)] == [1e-3, 1e-3, 0.0]
+    m = hmdspt.make_momentum(cfg)
+    assert (m.momentum, m.lr) == (0.7, 0.9)
+    for plain in (local.make_momentum(cfg), bsp.make_momentum(cfg)):
+        assert (plain.momentum, plain.lr) == (0.0, 1.0)
+    assert hmdspt.normalize_steps(cfg) and not local.normalize_steps(cfg)
+    assert not hmdspt.normalize_steps(TrainerConfig(normalize_steps=False))
+
+
+def test_delta_strategies_merge_as_merge_deltas_says():
+    rng = np.random.default_rng(0)
+    n_params = MLP((4, 6, 2)).n_params
+    deltas = [rng.normal(size=n_params).astype(np.float32) for _ in range(3)]
+    rows, steps = [30, 20, 10], [3, 2, 2]
+    cfg = TrainerConfig(block_momentum=0.0)
+    for sync, normalize in [(get_sync("hmdspt"), True), (get_sync("local"), False)]:
+        model = MLP((4, 6, 2))
+        start = model.params.copy()
+        sync.combine(
+            model,
+            deltas,
+            rows,
+            steps,
+            optimizer=None,
+            momentum=sync.make_momentum(cfg),
+            config=cfg,
+        )
+        expected = start + merge.merge_deltas(deltas, rows, steps, normalize_steps=normalize)
+        np.testing.assert_array_equal(model.params, expected)
+
+
+def test_bsp_round_is_one_step_on_the_union_batch():
+    X = np.random.default_rng(1).normal(size=(40, 4)).astype(np.float32)
+    Y = np.eye(2, dtype=np.float32)[np.arange(40) % 2]
+    whole = MLP((4, 6, 2), alpha=0.01)
+    whole.initialize(np.random.RandomState(0))
+    split = MLP((4, 6, 2), alpha=0.01)
+    split.params[...] = whole.params
+    opt_kwargs = dict(solver="sgd", learning_rate_init=0.1, momentum=0.0)
+    whole.loss_and_grad(X, Y)
+    make_optimizer(n_params=whole.n_params, dtype=whole.dtype, **opt_kwargs).update(
+        whole.params, whole.grad
+    )
+    bsp = get_sync("bsp")
+    worker = MLP((4, 6, 2), alpha=bsp.worker_alpha(0.01))
+    payloads = []
+    for part in (slice(0, 25), slice(25, 40)):
+        worker.params[...] = split.params
+        worker.loss_and_grad(X[part], Y[part], n_total=1)
+        payloads.append(worker.grad.copy())
+    bsp.combine(
+        split,
+        payloads,
+        [25, 15],
+        [1, 1],
+        optimizer=make_optimizer(n_params=split.n_params, dtype=split.dtype, **opt_kwargs),
+        momentum=bsp.make_momentum(TrainerConfig()),
+        config=TrainerConfig(),
+    )
+    np.testing.assert_allclose(split.params, whole.params, rtol=1e-5, atol=1e-7)
+
+
+def test_partition_policies_share_and_plan():
+    scores = {"a": 4.0, "b": 2.0, "c": 1.0}
+    proportional, equal = get_partition("proportional"), get_partition("equal")
+    assert proportional.uses_speeds and proportional.rebalances
+    assert not (equal.uses_speeds or equal.rebalances)
+    assert proportional.shares(70, scores) == {"a": 40, "b": 20, "c": 10}
+    assert equal.shares(70, scores) == {"a": 24, "b": 23, "c": 23}
+    assert proportional.shares(2, scores) == {"a": 1, "b": 1}  # fewer rows than workers
+    current = {"a": 24, "b": 23, "c": 23}
+    moves = proportional.plan(current, scores, 70)
+    assert partition.apply_moves(current, moves) == {"a": 40, "b": 20, "c": 10}
+    assert equal.plan(current, scores, 70) is None  # equal shares never re-balance...
+    joined = {"a": 35, "b": 35, "c": 0}
+    # ... but for a worker that joined
+    assert partition.apply_moves(joined, equal.plan(joined, scores, 70, force=True)) == current
+    # fewer rows than workers: the holders keep them while the scores' ranking changes
+    held = {"a": 1, "b": 0, "c": 1}
+    assert proportional.plan(held, scores, 2) is None
+    assert partition.apply_moves(held, proportional.plan(held, scores, 2, force=True)) == {
+        "a": 1,
+        "b": 1,
+        "c": 0,
+    }
+
+
+# --- the grep rule, as a test -----------------------------------------------------------
+STRATEGY_NAMES = set(BUILT_IN_SYNC) | set(BUILT_IN_PARTITION)
+#: What a strategy's name (or its worker mode) is held in.
+STRATEGY_FIELDS = {"sync", "partition", "mode"}
+#: Other things named "local" or "equal": cluster kinds, speed distributions.
+UNRELATED = {"kind"}
+STRATEGIES_MODULE = "core/strategies.py"
+
+
+def _package_files() -> dict[str, Path]:
+    files = {}
+    for name in ("hmdspt", "hmdspt.app"):
+        spec = importlib.util.find_spec(name)
+        folder = Path(list(spec.submodule_search_locations)[0])
+        for path in sorted(folder.rglob("*.py")):
+            files[f"{name}/{path.relative_to(folder).as_posix()}"] = path
+    return files
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_strings(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+def _name_branches(source: str) -> list[tuple[int, str]]:
+    """Comparisons and ``match`` cases that test a strategy's name (or worker mode)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            names = {_name(o) for o in operands} - {None}
+            literals = set().union(*(_strings(o) for o in operands))
+            if (names & STRATEGY_FIELDS and literals) or (
+                literals & STRATEGY_NAMES and not names & UNRELATED
+            ):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.MatchValue) and _strings(node.value) & STRATEGY_NAMES:
+            found.append((node.lineno, f"case {ast.unparse(node.value)}"))
+    return found
+
+
+def test_the_rule_catches_the_branches_it_forbids():
+    caught = _name_branches(
+        "a = cfg.sync == 'bsp'\n"
+        "if self.config.partition != 'proportional': pass\n"
+        "if partition not in ('proportional', 'equal'): pass\n"
+        "if spec.mode == 'gradient': pass\n"
+        "x = 'hmdspt' == name\n"
+        "match s:\n    case 'local': pass\n"
+        "if kind == 'local': pass\n"  # a cluster kind: not a strategy
+        "if sync is None: pass\n"
+    )
+    assert [line for line, _ in caught] == [1, 2, 3, 4, 5, 7]
+
+
+def test_no_module_branches_on_a_strategy_name_outside_the_strategies():
+    files = _package_files()
+    assert f"hmdspt/{STRATEGIES_MODULE}" in files and "hmdspt/parallel/trainer.py" in files
+    found = [
+        f"{where}:{line}: {code}"
+        for where, path in files.items()
+        if where != f"hmdspt/{STRATEGIES_MODULE}"
+        for line, code in _name_branches(path.read_text())
+    ]
+    assert not found, "\n".join(found)
+
+
+# --- a new strategy is one class and one registration -----------------------------------
+def _fit(client, data, **params):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return BPNNClassifier(
+            (16,),
+            client=client,
+            max_iter=3,
+            random_state=0,
+            batch_size=100,
+            rounds_per_epoch=2,
+            learning_rate_init=0.003,
+            **params,
+        ).fit(X[:1000], y[:1000])
+
+
+def test_a_registered_toy_sync_strategy_trains(client, data, toys):
+    # Equal shares do not depend on timings: equal settings give equal numbers.
+    local = _fit(client, data, sync="local", partition="equal")
+    toy_without_momentum = _fit(
+        client, data, sync="local-momentum", partition="equal", block_momentum=0.0
+    )
+    toy = _fit(client, data, sync="local-momentum", partition="equal", block_momentum=0.5)
+    for a, b in zip(local.coefs_, toy_without_momentum.coefs_):
+        np.testing.assert_array_equal(a, b)  # the toy is local + momentum, nothing else
+    assert not np.array_equal(local.coefs_[0], toy.coefs_[0])  # its momentum is used
+    assert toy.loss_curve_[-1] < toy.loss_curve_[0]
+    assert toy.score(data[0][1000:], data[1][1000:]) > 0.5
+
+
+def test_a_registered_toy_partition_policy_trains_and_simulates(client, data, toys, tmp_path):
+    log = tmp_path / "toy.jsonl"
+    clf = _fit(client, data, partition="probed-once", run_log=log)
+    assert clf.loss_curve_[-1] < clf.loss_curve_[0]
+    events = read_events(log)
+    assert events[0]["config"]["partition"] == "probed-once"
+    sources = {e["source"] for e in events if e["event"] == "score"}
+    assert sources & {"probe", "remembered"}  # it uses the measured speeds
+    partitions = [e for e in events if e["event"] == "partition"]
+    assert partitions and all(e["rows_moved"] == 0 for e in partitions)  # never re-balances
+    # The simulator drives the same object: shares by the probe, never moved.
+    free = NetworkModel.free()
+    sim = simulate_run(
+        3, speeds=[4.0, 2.0, 1.0], partition="probed-once", n_rows=7000, rounds=5, network=free
+    )
+    assert sim.rows_moved.sum() == 0
+    np.testing.assert_array_equal(sim.rows[-1], [4000, 2000, 1000])
