@@ -8,7 +8,7 @@ project's real :class:`hmdspt.core.speed.OnlineScorer` and the policy's ``plan``
 trainer's re-balance decision) says whether and how to move rows. Only the clock is
 simulated.
 
-A round (times from the round's start, DESIGN.md "The round"):
+A round (times from the round's start, docs/design.md, "The round"):
 
 1. **Broadcast** ``w_t`` (``params_bytes``). ``merge="flat"``: the driver sends it to the
    workers one after another through its own link, worker ``k`` receiving it at
@@ -61,7 +61,7 @@ __all__ = [
     "simulate_run",
 ]
 
-#: (100, 128, 64, 10) MLP of DESIGN.md, float32.
+#: A (100, 128, 64, 10) MLP, float32: the reference shape of the scoring benchmark.
 DEFAULT_PARAMS_BYTES = 4 * (100 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10)
 #: One 256-row Adam step of that MLP takes ~1.1 ms on one core here.
 DEFAULT_ROWS_PER_S = 256 / 1.1e-3
@@ -71,7 +71,7 @@ DEFAULT_ROWS_PER_S = 256 / 1.1e-3
 class NetworkModel:
     """Costs of moving parameters between the driver and the workers.
 
-    Defaults fit DESIGN.md's measured costs: a trivial task round trip ~12 ms, and a
+    Defaults fit costs measured on a 2-core machine: a trivial task round trip ~12 ms, and a
     broadcast plus three deltas ~40 ms at 30k parameters and ~75 ms at 1M parameters
     (``4 * (latency + P / bandwidth)`` on top of the round trip gives ~450 MB/s and ~7 ms).
 
@@ -242,7 +242,7 @@ class SimResult:
         return self.idle_s.sum(axis=0) / self.wall_s.sum()
 
     def summary(self) -> dict[str, float]:
-        """Run-level figures (DESIGN.md definitions).
+        """Run-level figures (docs/design.md, "Definitions").
 
         ``fastest_idle_fraction`` is that of the worker with the highest mean true speed;
         ``efficiency`` is ``Σ ideal / Σ wall``; ``merge_share`` is ``Σ merge / Σ wall``.

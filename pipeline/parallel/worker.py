@@ -4,7 +4,7 @@ This module is imported by the workers, so task functions defined here are pickl
 reference (a module path), never by value; defining them in ``__main__`` would ship their
 code with every task.
 
-Emulated heterogeneity (see DESIGN.md, "Heterogeneity on one machine")
+Emulated heterogeneity (see docs/design.md, "Heterogeneity on one machine")
 ----------------------------------------------------------------------
 A worker emulating a machine ``k`` times slower than the fastest runs a duty cycle: after
 each compute chunk that used ``t`` seconds of its thread's CPU time it sleeps ``(k - 1) t``.
@@ -91,7 +91,8 @@ class SlowdownPlugin(WorkerPlugin):
     blas_threads : int or None, default=1
         BLAS/OpenMP threads allowed in the worker's process, set with
         ``threadpoolctl.threadpool_limits`` at setup. Several workers on few cores with
-        multi-threaded BLAS oversubscribe the machine (5-20x slower, DESIGN.md).
+        multi-threaded BLAS oversubscribe the machine (docs/design.md, "Heterogeneity on
+        one machine").
         ``distributed.nanny.pre-spawn-environ`` already exports ``OMP_NUM_THREADS=1`` etc.
         to worker processes by default; this also covers a changed config. ``None`` leaves
         the process alone. Note that the limit is process-wide: for in-process workers it
