@@ -12,10 +12,10 @@ Thread CPU time, not wall time: on a shared machine contention stretches a chunk
 time, and sleeping in proportion to it would slow the already slowed workers a second time
 (4:2:1 measured as ~5.7:2.2:1 that way, ~4.25:1.9:1 with CPU time).
 
-The slowdown ``k`` of a worker lives in this module's ``_SLOWDOWNS`` dict, keyed by worker
-address (several in-process workers may share one interpreter). :class:`SlowdownPlugin`
-writes it when it is set up on a worker, :func:`set_slowdown` changes it on a running
-worker, and compute code applies it by wrapping each chunk in :func:`throttled`. Code that
+The slowdown ``k`` of a worker lives on its :class:`SlowdownPlugin` instance (in-process
+workers sharing one interpreter each have their own), set up with the worker and gone with
+it; :func:`set_slowdown` changes it on a running worker, and compute code applies it by
+wrapping each chunk in :func:`throttled`. Code that
 measures speed (the scorer) never reads it: it only sees rows and seconds.
 """
 
@@ -66,9 +66,6 @@ __all__ = [
 
 SLOWDOWN_PLUGIN_NAME = "hmdspt-slowdown"
 
-# worker address -> slowdown factor k >= 1 of the workers living in this process.
-_SLOWDOWNS: dict[str, float] = {}
-
 
 def _check_slowdown(k: float) -> float:
     try:
@@ -117,19 +114,20 @@ class SlowdownPlugin(WorkerPlugin):
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(limits=int(self.blas_threads))
-        _SLOWDOWNS[worker.address] = self.slowdown
 
-    def teardown(self, worker: Worker) -> None:
-        _SLOWDOWNS.pop(worker.address, None)
+
+def _slowdown_of(worker: Worker) -> float:
+    plugin = worker.plugins.get(SLOWDOWN_PLUGIN_NAME)
+    return 1.0 if plugin is None else plugin.slowdown
 
 
 def current_slowdown() -> float:
     """Slowdown ``k`` of the worker running the calling task (1.0 outside a worker)."""
     try:
-        address = get_worker().address
+        worker = get_worker()
     except ValueError:  # not inside a worker task: nothing to emulate
         return 1.0
-    return _SLOWDOWNS.get(address, 1.0)
+    return _slowdown_of(worker)
 
 
 @dataclass
@@ -183,12 +181,16 @@ def throttled(slowdown: float | None = None) -> Iterator[ThrottleRecord]:
 
 # ------------------------------------------------------------------ client-side helpers
 def _set_slowdown_here(k: float, dask_worker: Worker) -> float:
-    _SLOWDOWNS[dask_worker.address] = k
+    plugin = dask_worker.plugins.get(SLOWDOWN_PLUGIN_NAME)
+    if plugin is None:  # a worker started without one: give it one, BLAS left alone
+        plugin = SlowdownPlugin(k, blas_threads=None)
+        dask_worker.plugins[SLOWDOWN_PLUGIN_NAME] = plugin
+    plugin.slowdown = k
     return k
 
 
 def _get_slowdown_here(dask_worker: Worker) -> float:
-    return _SLOWDOWNS.get(dask_worker.address, 1.0)
+    return _slowdown_of(dask_worker)
 
 
 def set_slowdown(client: Client, worker_address: str, slowdown: float) -> None:
@@ -503,8 +505,8 @@ def probe_task(
 # over whole rounds of real rows, so repeated fits on one cluster (a grid search, a
 # comparison, a refit) reuse that measurement instead of probing again; the online
 # scores of the new fit correct it from its first round, as they correct a probe.
-# Keyed by worker address (in-process workers share this module) and speed_key().
-_SPEED_MEMORY: dict[tuple[str, tuple], dict[str, Any]] = {}
+# Held by the worker's RunStatePlugin (RunStatePlugin.speeds, keyed by speed_key()), so it
+# lives and dies with the worker.
 
 # Least busy seconds of regular rounds a fit must have spent on a worker before its speed
 # is remembered: more compute than the adaptive probe times (0.15-0.2 s on the emulated
@@ -533,17 +535,10 @@ def speed_key(
 
 def _remember_speed(spec: RoundSpec, rows: int, busy_s: float) -> None:
     """Add a round's rows and busy seconds to this worker's record of the run."""
-    key = (
-        get_worker().address,
-        speed_key(
-            spec.layer_sizes,
-            spec.batch_size,
-            spec.dtype,
-            spec.hidden_activation,
-            spec.out_activation,
-        ),
+    key = speed_key(
+        spec.layer_sizes, spec.batch_size, spec.dtype, spec.hidden_activation, spec.out_activation
     )
-    entry = _SPEED_MEMORY.setdefault(key, {})
+    entry = _run_plugin(get_worker(), create=True).speeds.setdefault(key, {})
     if entry.get("run_id") != spec.run_id:  # a new fit: start its own total
         entry.update(run_id=spec.run_id, rows=0, busy_s=0.0)
     entry["rows"] += rows
@@ -575,7 +570,8 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
         ``speed`` (rows per busy second over the fit), ``busy_s`` (what it was measured
         over), ``run_id`` of that fit and ``age_s``; None when there is none young enough.
     """
-    entry = _SPEED_MEMORY.get((dask_worker.address, tuple(key)))
+    plugin = _run_plugin(dask_worker)
+    entry = None if plugin is None else plugin.speeds.get(tuple(key))
     memory = None if entry is None else entry.get("remembered")
     if memory is None:
         return None
@@ -587,10 +583,12 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
 
 def forget_speeds(dask_worker: Worker) -> int:
     """Forget every speed this worker remembers (call through ``client.run``)."""
-    keys = [k for k in _SPEED_MEMORY if k[0] == dask_worker.address]
-    for k in keys:
-        del _SPEED_MEMORY[k]
-    return len(keys)
+    plugin = _run_plugin(dask_worker)
+    if plugin is None:
+        return 0
+    n = len(plugin.speeds)
+    plugin.speeds.clear()
+    return n
 
 
 # ----------------------------------------------------------------------------------
@@ -648,8 +646,9 @@ class RunStatePlugin(WorkerPlugin):
     broadcast) is freed as it lands. Freeing goes through the worker's state machine, so
     the worker tells the scheduler, which forgets the key if it knew it.
 
-    Registered idempotently by every fit (:func:`hmdspt.parallel.lifecycle.open_run`); the
-    remembered speeds and slowdowns are not per run and stay module state.
+    Registered idempotently by every fit (:func:`hmdspt.parallel.lifecycle.open_run`). It
+    also holds the speeds the worker remembers from its fits (``speeds``, by
+    :func:`speed_key`), which outlive a run but not the worker.
     """
 
     name = RUN_STATE_PLUGIN_NAME
@@ -660,6 +659,7 @@ class RunStatePlugin(WorkerPlugin):
         self.worker: Worker | None = None
         self.runs: dict[str, _Run] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
+        self.speeds: dict[tuple, dict[str, Any]] = {}  # speed_key -> the latest fit's record
         # Round tasks run in worker threads, the rest on the worker's event loop.
         self.lock = threading.Lock()
 
@@ -676,6 +676,7 @@ class RunStatePlugin(WorkerPlugin):
         with self.lock:
             self.runs.clear()
             self.ended.clear()
+            self.speeds.clear()
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         if finish != "memory":
