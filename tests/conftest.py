@@ -7,7 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from distributed import Client, LocalCluster
 
+from tests.clusters import FREE_PORTS
 from tests.requires import missing
 
 
@@ -25,3 +27,14 @@ def disk(tmp_path: Path) -> Path:
         # A handle left open makes a plain umount fail (EBUSY); detach it then.
         if subprocess.run(["umount", str(path)], capture_output=True).returncode:
             subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A client of an in-process cluster of two one-thread workers, for a module's tests
+    (a module that needs another cluster defines its own ``client``)."""
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c

@@ -26,9 +26,7 @@ from hmdspt.cli import build_parser, main
 from hmdspt.compare import RunResult
 from hmdspt.core.runlog import read_events
 from hmdspt.estimator import BPNNClassifier
-
-#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
-FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+from tests.clusters import FREE_PORTS
 
 
 @pytest.fixture(scope="module")

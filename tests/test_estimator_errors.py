@@ -12,9 +12,7 @@ from sklearn.datasets import load_digits, make_classification
 from hmdspt.core.checkpoint import CheckpointError, save_checkpoint
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.cluster import connect
-
-#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
-FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+from tests.clusters import FREE_PORTS
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from hmdspt.estimator import BPNNClassifier, BPNNRegressor
+from tests.clusters import FREE_PORTS
 
 sio = pytest.importorskip("skops.io")
 
@@ -31,10 +32,6 @@ SKOPS_TRUSTED = {
 
 #: An address nothing listens on: a model that kept it would try to connect there.
 ATTACKER_ADDRESS = "tcp://127.0.0.1:1"
-
-
-#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
-FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 
 
 @pytest.fixture(scope="module")

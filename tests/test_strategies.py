@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
@@ -36,7 +35,6 @@ from hmdspt.parallel.trainer import TrainerConfig
 from hmdspt.parallel.worker import ROUND_WORK
 from hmdspt.simulate import NetworkModel, simulate_run
 
-FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 BUILT_IN_SYNC = ("hmdspt", "local", "bsp")
 BUILT_IN_PARTITION = ("proportional", "equal")
 
@@ -62,15 +60,6 @@ def toys():
     PARTITION_POLICIES["probed-once"] = ProbedOncePartition
     yield
     del SYNC_STRATEGIES["local-momentum"], PARTITION_POLICIES["probed-once"]
-
-
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import warnings
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
@@ -20,9 +19,6 @@ from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events, summarize
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
-
-#: No dashboard, and the scheduler's remaining HTTP endpoints on a free port.
-FREE_PORTS = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 
 
 def _round(t: float, wall: float, busy: dict[str, float]) -> dict:
@@ -103,15 +99,6 @@ def test_utilisation_is_undefined_without_a_fit_wall_time():
     s = summarize(rounds)
     assert s["fit_wall_s"] is None and s["workers"]["fast"]["utilisation"] is None
     assert summarize([])["fit_wall_s"] is None
-
-
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.fixture(scope="module")
