@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+import skops.io as sio
 from distributed import Client, LocalCluster
 from sklearn.base import clone
 from sklearn.datasets import make_classification
@@ -17,8 +18,6 @@ from sklearn.preprocessing import StandardScaler
 
 from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 from tests.clusters import FREE_PORTS
-
-sio = pytest.importorskip("skops.io")
 
 #: The types a fitted BPNNClassifier may ask skops to trust (docs/security.md).
 SKOPS_TRUSTED = {
