@@ -63,7 +63,7 @@ __all__ = [
 
 #: A (100, 128, 64, 10) MLP, float32: the reference shape of the scoring benchmark.
 DEFAULT_PARAMS_BYTES = 4 * (100 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10)
-#: One 256-row Adam step of that MLP takes ~1.1 ms on one core here.
+#: One core's rows per second at that shape (docs/design.md, "Measured on this machine").
 DEFAULT_ROWS_PER_S = 256 / 1.1e-3
 
 
@@ -71,9 +71,8 @@ DEFAULT_ROWS_PER_S = 256 / 1.1e-3
 class NetworkModel:
     """Costs of moving parameters between the driver and the workers.
 
-    Defaults fit costs measured on a 2-core machine: a trivial task round trip ~12 ms, and a
-    broadcast plus three deltas ~40 ms at 30k parameters and ~75 ms at 1M parameters
-    (``4 * (latency + P / bandwidth)`` on top of the round trip gives ~450 MB/s and ~7 ms).
+    The defaults are fitted to a 2-core machine's measured costs (docs/design.md, "Measured
+    on this machine").
 
     Parameters
     ----------

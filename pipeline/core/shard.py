@@ -50,9 +50,8 @@ class Shard:
             self.done = np.zeros(n, dtype=bool)
 
     def __setstate__(self, state: dict) -> None:
-        # Arrays unpickled from Dask's out-of-band frames can start at any byte address;
-        # numpy's gather (``np.take``) on a misaligned float32 array was measured ~260x
-        # slower than on an aligned one. Copy once here, only the arrays that need it.
+        # Dask's out-of-band frames can put arrays at odd addresses, where np.take is far
+        # slower (docs/design.md, "Round loop"): copy once, only the arrays that need it.
         for key, value in state.items():
             if isinstance(value, np.ndarray) and not value.flags.aligned:
                 state[key] = np.require(value, requirements=["A", "C", "W"])

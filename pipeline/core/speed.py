@@ -370,15 +370,11 @@ def chunk_speed(
 
     Notes
     -----
-    Why trimmed by default, not the median: what a round will achieve is its rows over its
-    seconds, the time average. Contention from neighbours is not a rare hiccup but part of
-    that average: measured on the emulated 4:2:1 cluster, the fastest worker's chunks run
-    steadily at one speed and, while a neighbour's duty cycle overlaps them, 1.2-2x slower.
-    The median ignores that slower minority and scored the fastest worker 5-20 % too fast
-    (against ``rows / busy_s`` of a 1-2 s probe). A hiccup (a foreign process, a garbage
-    collection, a stalled heartbeat) stretches a chunk several-fold; dropping chunks slower
-    than ``hiccup_factor`` times the median removes those and keeps the contention.
-    Measured, a 99th-percentile chunk took 1.4-2.3x the median time.
+    Trimmed by default, not the median: a round achieves its rows over its seconds, and
+    contention from neighbours is part of that time average, where the median ignores the
+    slower chunks and rates a worker too fast. A hiccup (a foreign process, a garbage
+    collection) stretches a chunk several-fold and is dropped. The measurements behind
+    this are in docs/design.md, "Round loop".
 
     Examples
     --------
