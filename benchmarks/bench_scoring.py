@@ -96,7 +96,7 @@ JOBS = {
     "synthetic": synthetic_job,
     "kdd": kdd_job,
     # The training benchmark's KDD model: a round carries seconds of compute, the regime
-    # HMDSPT is for (DESIGN: a round should dwarf its ~40 ms synchronisation).
+    # HMDSPT is for (docs/design.md, "Benchmark set-up").
     "kdd-large": lambda: kdd_job((256, 128)),
 }
 

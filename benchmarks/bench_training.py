@@ -383,9 +383,8 @@ def _plot_communication(curves: dict, jobs: dict, path: Path) -> Path:
 
 
 def kdd_params(epochs: int) -> dict:
-    # A round must carry seconds of compute to dwarf its ~40 ms synchronisation
-    # (the issue; DESIGN): with (64, 32) a whole epoch took 0.3 s on this machine,
-    # and fixed costs (staging, the probe) decided every comparison.
+    # A round must carry seconds of compute to dwarf its synchronisation, or fixed costs
+    # decide the comparison (docs/design.md, "Benchmark set-up").
     return dict(
         hidden_layer_sizes=(256, 128),
         max_iter=epochs,
@@ -457,16 +456,9 @@ def emulated(args, epochs: int, box: float) -> None:
             har_params = dict(
                 hidden_layer_sizes=(256, 128), max_iter=3 * epochs, batch_size=128, random_state=0
             )
-            # HAR's test subjects are not the training subjects: a run's final accuracy
-            # scatters by about a point (sd 0.009-0.0105 over 5 runs), so HMDSPT's is
-            # averaged over 8 runs. The in-process reference scatters as much from seed to
-            # seed (12 seeds: mean 0.8729, sd 0.0117, 0.8505-0.8865; seed 0 was the
-            # highest), so the fits are also compared seed by seed (seed_lines). An HAR
-            # epoch is ~0.15 s, far from the second a round should carry, so HAR runs
-            # with the estimator's default 4 rounds per epoch;
-            # with 1 its 15 epochs are 18 merges, and its accuracy fell further behind the
-            # in-process fit (mean of 8 runs each: -1.00 vs -0.34 points; of 5: -1.29 vs
-            # -0.49).
+            # HAR's accuracy scatters by about a point run to run and seed to seed, so it is
+            # averaged over 8 runs and paired by seed; its short epochs keep the default 4
+            # rounds per epoch (docs/design.md, "Benchmark set-up").
             har_rpe = BPNNClassifier().rounds_per_epoch
             _, har_target = compare_on(
                 client,

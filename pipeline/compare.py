@@ -84,10 +84,8 @@ def _sklearn_run(params: dict, X, y, X_test, y_test, max_seconds: float | None) 
     return result
 
 
-# The untimed warm-up fit trains on at most WARM_UP_ROWS rows, for as many epochs (up to
-# 25) as make WARM_UP_ROW_PASSES rows processed: five epochs of KDD's 60k-row sample. With
-# three, the fastest worker's regular rounds came to 0.26-0.30 s of busy time, at the edge
-# of MIN_REMEMBERED_BUSY_S, and a comparison started from a probe.
+# Enough rows processed that every worker's regular rounds clear MIN_REMEMBERED_BUSY_S
+# with room (docs/design.md, "Benchmark set-up"); the warm-up's epochs stop at 25.
 WARM_UP_ROWS = 60_000
 WARM_UP_ROW_PASSES = 300_000
 
@@ -95,16 +93,15 @@ WARM_UP_ROW_PASSES = 300_000
 def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
     """An untimed short fit on the cluster before the timed runs.
 
-    The first fit on a fresh cluster pays one-off costs (imports on the workers, their
-    first large transfers: measured 0.78 s of staging against 0.2-0.3 s warm) that would
-    otherwise land on whichever strategy happens to run first. It also leaves every
-    worker's speed for this model shape in its memory
+    The first fit on a fresh cluster pays one-off costs (imports on the workers, their first
+    large transfers) that would otherwise land on whichever strategy happens to run first.
+    It also leaves every worker's speed for this model shape in its memory
     (:func:`hmdspt.parallel.worker.remembered_speed`), as any earlier fit on the cluster
-    would: a proportional run then starts from those speeds instead of a probe. For that
-    the warm-up holds every class (the output layer is part of the shape), processes
-    about ``WARM_UP_ROW_PASSES`` rows, enough regular rounds on every worker to be
-    remembered (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`), and uses the timed
-    runs' ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
+    would: a proportional run then starts from those speeds instead of a probe. For that the
+    warm-up holds every class (the output layer is part of the shape), processes about
+    ``WARM_UP_ROW_PASSES`` rows, enough regular rounds on every worker to be remembered
+    (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`), and uses the timed runs'
+    ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
     """
     y = np.asarray(y)
     rng = np.random.default_rng(0)
