@@ -6,11 +6,16 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-from distributed import Client, LocalCluster
+# Worker processes fork from a server that has distributed and numpy imported, instead of
+# each spawning a fresh interpreter (distributed's own suite does the same). Set before
+# dask is imported so that the subprocesses the tests start (the CLI) inherit it.
+os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "forkserver")
 
-from tests.clusters import FREE_PORTS
-from tests.requires import missing
+import pytest  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+from tests.clusters import FREE_PORTS  # noqa: E402
+from tests.requires import missing  # noqa: E402
 
 
 @pytest.fixture

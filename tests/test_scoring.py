@@ -202,9 +202,8 @@ def _misaligned(a: np.ndarray) -> np.ndarray:
 
 
 def test_probe_trains_on_aligned_copies_of_misaligned_sample_rows(monkeypatch):
-    # The row gather on misaligned float32 rows was measured 2.4x slower: the probe would
-    # then score workers by the speed of a gather that training (on aligned shards) never
-    # does.
+    # A gather on misaligned rows is slower: the probe would score a cost that training
+    # (on aligned shards) never pays.
     import hmdspt.parallel.worker as wt
 
     seen = []
@@ -264,12 +263,10 @@ def _foreign_cores(client, fn):
 def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
     """The issue's acceptance test: fastest / slowest probe score within 15 % of 4.
 
-    The emulated ratio itself varies a few percent from run to run on this VM (3.9-4.7
-    over single 2 s probes on a quiet machine), so the figure judged is the median of
-    three probes (one probe when it is already within bounds). Each probe also records
-    the CPU used by processes outside the test: when other processes take a core the
-    always-running fast worker loses most (measured ~3.0 with one foreign core busy),
-    which the failure message then shows.
+    The emulated ratio varies a few percent from run to run, so the figure judged is the
+    median of three probes (one when it is already within bounds). Each probe records the
+    CPU used outside the test, which the failure message shows: foreign load slows the
+    always-running fast worker most.
 
     A 2 s probe: the adaptive default (a few tenths of a second) is for training, where
     the online scorer refines it from the first round on.

@@ -197,7 +197,7 @@ def _fit_losing_small(client, tmp_path: Path, trigger, max_iter: int) -> tuple[s
     run_log = tmp_path / "run.jsonl"
     clf = BPNNClassifier(
         hidden_layer_sizes=(128,),
-        max_iter=max_iter,  # ~75 ms an epoch here: outlasts the trigger, ends by itself
+        max_iter=max_iter,  # outlasts the trigger, ends by itself
         tol=0.0,
         n_iter_no_change=max_iter,
         rounds_per_epoch=1,

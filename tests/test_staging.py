@@ -563,7 +563,7 @@ def test_labels_of_a_path_come_from_the_file(client, files, data):
 
 def test_shards_arrive_aligned_on_workers():
     """Shards unpickled from misaligned out-of-band frames (as Dask delivers them) are
-    re-aligned: numpy's gather on misaligned float32 data was measured ~260x slower."""
+    re-aligned: numpy's gather on misaligned float32 data is far slower."""
     import pickle
 
     from hmdspt.core.shard import Shard

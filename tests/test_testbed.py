@@ -23,10 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "hmdspt-tbtest"  # only this file's testbeds; a stale-run cleanup touches no others
 PERIOD_MS = 10.0
 QUOTA_SECONDS = 1.0
-# Measured on the 2-core machine at load averages of 2.6 to 7, slots 0.5 and 0.25 core, 10 ms
-# period, 1 s each, 15 runs: used-cores ratio 1.976 to 2.037, each slot 0.1 % to 1.7 % above
-# its quota (partial periods at the window's ends). Without the quotas both slots would use a
-# whole core (ratio 1); a quota off by one step gives ratio 1 or 4.
+# Loose enough for partial periods at a window's ends (docs/testbed.md has the spread),
+# tight enough to fail without quotas (ratio 1) or with a quota one step off (1 or 4).
 RATIO_TOLERANCE = 0.10
 OVER_QUOTA_TOLERANCE = 0.05
 

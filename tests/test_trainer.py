@@ -180,10 +180,8 @@ def test_a_killed_worker_is_survived_without_losing_rows(tmp_path):
             assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
     assert sum(trainer.final_counts.values()) == trainer.n_rows
     _, _, undisturbed = _fit_killing_a_worker(tmp_path, kill=False)
-    # Losing a worker must not cost accuracy. It may gain some: two replicas instead of
-    # three average to a model that moves further per epoch, and the disturbed epoch
-    # processes some rows twice (measured: killed 0.9405-0.944, undisturbed 0.9344-0.9368
-    # over 3 fits each), so the band is one-sided.
+    # Losing a worker must not cost accuracy; it may gain some (two replicas average to a
+    # model that moves further per epoch, and some rows run twice), so the band is one-sided.
     assert accuracy >= undisturbed - 0.01, (accuracy, undisturbed)
 
 
@@ -191,8 +189,8 @@ class _ActsAfterTheMembershipCheck(Trainer):
     """A trainer whose cluster changes just after a round's membership check.
 
     ``act(trainer, worker)`` runs once, in round ``act_in_round``, on the last staged
-    worker: the moment that used to cost a whole broadcast timeout, because
-    distributed's direct scatter waits for a *running* worker.
+    worker, where distributed's direct scatter would wait for a *running* worker until
+    the broadcast's timeout.
     """
 
     act_in_round = 3
