@@ -60,6 +60,14 @@ def _membership(client: Any) -> Membership | None:
     return active_membership(client)
 
 
+def _gone_workers(client: Client, addresses: Iterable[str]) -> set[str]:
+    """Which of ``addresses`` are not in the cluster (the fit's membership asked, if open)."""
+    membership = _membership(client)
+    if membership is not None:
+        return membership.gone(addresses)
+    return set(addresses) - set(scheduler_workers(client))
+
+
 class WorkerLostError(RuntimeError):
     """A worker left the cluster while staging tasks were waiting for it."""
 
