@@ -177,6 +177,13 @@ class Membership:
         with self._changed:
             return list(self._joins)
 
+    def wait_joined(self, known: Iterable[str], timeout: float) -> set[str]:
+        """Block until a worker not among ``known`` is live, or ``timeout``; those joined."""
+        known = set(known)
+        with self._changed:
+            self._changed.wait_for(lambda: self._live - known, timeout)
+            return self._live - known
+
     def gone(self, addresses: Iterable[str]) -> set[str]:
         """Which of ``addresses`` are not in the cluster."""
         addresses = set(addresses)
