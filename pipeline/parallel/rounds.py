@@ -166,7 +166,7 @@ class RoundRunner:
         t = self.trainer
         t.round_index += 1
         t._sync_membership()
-        spec = self.spec(new_epoch, rounds_left)
+        spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
         # w_t goes to each worker once per round (not inside each task submission).
         params_futures = t._broadcast()
@@ -209,7 +209,7 @@ class RoundRunner:
             t._recover(lost)  # raises when nobody is left; else the round is retried
             return t._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
         merge_start = time.perf_counter()
-        self.apply(results)
+        t._apply(results)
         merge_s = time.perf_counter() - merge_start
         wall = time.perf_counter() - start
         record = RoundRecord(
