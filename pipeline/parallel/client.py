@@ -14,13 +14,11 @@ between short waits.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distributed import Client, Future, wait
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hmdspt.parallel.membership import Membership
 
 __all__ = ["WorkerLostError", "scatter_to", "scheduler_workers", "wait_some"]
 
@@ -54,10 +52,16 @@ def _cluster_workers(client: Client) -> list[str]:
     return sorted(scheduler_workers(client))
 
 
-def _membership(client: Any) -> Membership | None:
-    from hmdspt.parallel.membership import active_membership  # it imports this module
+# Client -> its open hmdspt.parallel.membership.Membership (registered by Membership.start).
+_MEMBERSHIPS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
-    return active_membership(client)
+
+def _membership(client: Any) -> Any:
+    """The open membership of ``client`` (:func:`hmdspt.parallel.membership.active_membership`)."""
+    try:
+        return _MEMBERSHIPS.get(client)
+    except TypeError:  # not weak-referenceable (a test double)
+        return None
 
 
 def _gone_workers(client: Client, addresses: Iterable[str]) -> set[str]:

@@ -15,27 +15,21 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from distributed import Client, Future
 
-from hmdspt.parallel.client import WorkerLostError, scheduler_workers
+from hmdspt.parallel.client import _MEMBERSHIPS, WorkerLostError, _membership, scheduler_workers
 
 __all__ = ["Membership", "active_membership"]
 
 TOPIC = "all"
 
-_ACTIVE: weakref.WeakKeyDictionary[Any, Membership] = weakref.WeakKeyDictionary()
-
 
 def active_membership(client: Any) -> Membership | None:
     """The open :class:`Membership` of ``client``, or None."""
-    try:
-        return _ACTIVE.get(client)
-    except TypeError:  # not weak-referenceable (a test double)
-        return None
+    return _membership(client)
 
 
 def _subscribe_and_snapshot(dask_scheduler: Any, client_id: str) -> dict[str, Any]:
@@ -108,7 +102,7 @@ class Membership:
             self._live |= set(snapshot["workers"]) - self._departed
             self._first_count = int(snapshot["count"])
             self._changed.notify_all()
-        _ACTIVE[self.client] = self
+        _MEMBERSHIPS[self.client] = self
         return self
 
     def close(self, timeout: float = 5.0) -> None:
@@ -116,8 +110,8 @@ class Membership:
         if not self._open:
             return
         self._open = False
-        if _ACTIVE.get(self.client) is self:
-            del _ACTIVE[self.client]
+        if _MEMBERSHIPS.get(self.client) is self:
+            del _MEMBERSHIPS[self.client]
         handlers = getattr(self.client, "_event_handlers", {})
         try:
             if self._atomic:
