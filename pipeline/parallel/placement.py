@@ -9,14 +9,11 @@ and writes the placement to the run log.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hmdspt.parallel.rebalance import rebalance
 from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.worker import remembered_speed, speed_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hmdspt.parallel.trainer import Trainer
 
 __all__ = ["Placement"]
 
@@ -28,7 +25,7 @@ class Placement:
     # wait this long for the removal before calling the failure the move's own.
     LOSS_NOTICE_S = 5.0
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
         self.trainer = trainer
 
     def initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:

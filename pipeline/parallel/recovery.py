@@ -8,7 +8,7 @@ re-balance finds a worker gone (:meth:`Recovery.recover`).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -17,9 +17,6 @@ from hmdspt.parallel.client import WorkerLostError, scheduler_workers
 from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids
 from hmdspt.parallel.rounds import TrainingError
 from hmdspt.parallel.scoring import score_workers
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hmdspt.parallel.trainer import Trainer
 
 __all__ = ["Recovery"]
 
@@ -31,7 +28,7 @@ class Recovery:
     # the removal of one whose connection broke before the scheduler noticed.
     LOSS_NOTICE_S = 5.0
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
         self.trainer = trainer
 
     def _members(self) -> set[str]:

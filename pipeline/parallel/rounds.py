@@ -13,16 +13,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hmdspt.core import merge
 from hmdspt.parallel.client import scatter_to, scheduler_workers
 from hmdspt.parallel.worker import RoundSpec, round_task, run_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hmdspt.parallel.trainer import Trainer
 
 __all__ = ["RoundRecord", "RoundRunner", "TrainingError"]
 
@@ -52,7 +49,7 @@ class RoundRunner:
     # noticed: wait this long for its removal before calling the failure its own.
     LOSS_NOTICE_S = 5.0
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
         self.trainer = trainer
 
     def spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
