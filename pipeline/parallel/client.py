@@ -4,11 +4,17 @@ Used across the Dask layer (staging, re-balancing, scoring, the trainer): the sc
 workers asked fresh (:func:`scheduler_workers`), waits that return or raise instead of
 hanging on a pinned task whose worker left (:func:`wait_some`, ``_wait_ok``) and a direct
 scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`).
+
+While a fit runs, its :class:`hmdspt.parallel.membership.Membership` knows who left from
+the scheduler's worker events: these waits then ask it and block until a task ends or a
+worker they need leaves. Without one (staging outside a fit) they look at the scheduler
+between short waits.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,12 +52,35 @@ def _cluster_workers(client: Client) -> list[str]:
     return sorted(scheduler_workers(client))
 
 
+# Client -> its open hmdspt.parallel.membership.Membership (registered by Membership.start).
+_MEMBERSHIPS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _membership(client: Any) -> Any:
+    """The open membership of ``client`` (:func:`hmdspt.parallel.membership.active_membership`)."""
+    try:
+        return _MEMBERSHIPS.get(client)
+    except TypeError:  # not weak-referenceable (a test double)
+        return None
+
+
+def _gone_workers(client: Client, addresses: Iterable[str]) -> set[str]:
+    """Which of ``addresses`` are not in the cluster (the fit's membership asked, if open)."""
+    membership = _membership(client)
+    if membership is not None:
+        return membership.gone(addresses)
+    return set(addresses) - set(scheduler_workers(client))
+
+
 class WorkerLostError(RuntimeError):
     """A worker left the cluster while staging tasks were waiting for it."""
 
 
 def wait_some(
-    futures: Iterable[Future], timeout: float, return_when: str = "ALL_COMPLETED"
+    futures: Iterable[Future],
+    timeout: float | None,
+    return_when: str = "ALL_COMPLETED",
+    watch: Iterable[str] = (),
 ) -> tuple[set[Future], set[Future]]:
     """``distributed.wait`` that returns ``(done, not_done)`` on timeout too.
 
@@ -61,8 +90,24 @@ def wait_some(
     frames alive, the futures in their locals, and those futures' data on the workers
     (measured: a scattered intermediate still held 2 s later, released at once by
     ``gc.collect()``). Clearing the caught exception's traceback breaks the cycle.
+
+    ``watch``: worker addresses the tasks are pinned to. While a fit's membership is
+    open, the wait also returns as soon as one of them leaves the cluster (a pinned task
+    of a lost worker never ends); the caller asks the membership who left.
     """
     futures = list(futures)
+    watch = set(watch)
+    membership = _membership(futures[0].client) if futures and watch else None
+    if membership is not None:
+        if return_when == "FIRST_COMPLETED":
+            done, _ = membership.wait_any(futures, watch, timeout)
+        else:
+            try:
+                membership.wait_all(futures, watch, timeout)
+            except WorkerLostError:
+                pass  # the caller asks the membership who left
+            done = {f for f in futures if f.done()}
+        return done, set(futures) - done
     try:
         done, not_done = wait(futures, timeout=timeout, return_when=return_when)
     except TimeoutError as exc:
@@ -75,11 +120,12 @@ def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 
     """Wait for the futures and re-raise the first worker-side error, without gathering.
 
     ``workers`` are the addresses the tasks are pinned to (or depend on). A pinned task
-    whose worker has left waits forever, so the wait is cut into short slices and each
-    slice checks that every one of ``workers`` is still in the cluster, the first check
-    before any waiting: a worker can leave between the caller's plan and this call, and
-    comparing with a snapshot taken here would never see that one go (a fit hung so,
-    in a re-balance planned just as a SLURM worker reached its ``--lifetime``).
+    whose worker has left waits forever, so the wait also ends when one of ``workers``
+    leaves, including one that left between the caller's plan and this call (a snapshot
+    taken here would never see that one go: a fit hung so, in a re-balance planned just as
+    a SLURM worker reached its ``--lifetime``). With a fit's membership open the wait
+    blocks until a task ends or a worker leaves; without one it is cut into slices of
+    ``poll_s`` and each slice, the first before any waiting, asks the scheduler.
 
     Raises
     ------
@@ -91,19 +137,27 @@ def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 
     if not futures:
         return
     client = futures[0].client
-    pending = futures
-    while True:
-        gone = needed - set(scheduler_workers(client))
-        if gone:
-            raise WorkerLostError(
-                f"worker {', '.join(sorted(gone))} left the cluster during staging"
-            )
-        if not pending:
-            break
+    membership = _membership(client)
+    if membership is not None:
         try:
-            _, pending = wait_some(pending, poll_s)
-        except Exception:  # cancelled futures: reported below
-            pending = [f for f in pending if f.status == "pending"]
+            membership.wait_all(futures, needed)
+        except WorkerLostError:
+            gone = ", ".join(sorted(membership.gone(needed)))
+            raise WorkerLostError(f"worker {gone} left the cluster during staging") from None
+    else:
+        pending = futures
+        while True:
+            gone = needed - set(scheduler_workers(client))
+            if gone:
+                raise WorkerLostError(
+                    f"worker {', '.join(sorted(gone))} left the cluster during staging"
+                )
+            if not pending:
+                break
+            try:
+                _, pending = wait_some(pending, poll_s)
+            except Exception:  # cancelled futures: reported below
+                pending = [f for f in pending if f.status == "pending"]
     for fut in futures:
         if fut.status == "error":
             fut.result()  # raises the task's exception; an errored future carries no data
@@ -153,14 +207,22 @@ def scatter_to(
         except OSError as exc:  # CommClosedError, connection refused or reset
             exc.__traceback__ = None
             broken = exc
-        info = scheduler_workers(client).get(worker)
+        membership = _membership(client)
+        if membership is not None and membership.gone({worker}):
+            raise WorkerLostError(f"worker {worker} left the cluster during staging")
+        info = scheduler_workers(client).get(worker) if membership is None else {}
         if info is None:
             raise WorkerLostError(f"worker {worker} left the cluster during staging")
         if time.monotonic() >= deadline:
+            info = scheduler_workers(client).get(worker, {})  # for its status
             raise TimeoutError(
                 f"worker {worker} took no data for {timeout:g} s: it is in the cluster but "
                 f"not running tasks (status {info.get('status', 'unknown')!r}"
                 + (f", last error {broken!r})" if broken is not None else ")")
             )
         if broken is not None:  # failed at once: give the scheduler time to notice
-            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+            pause = min(poll_s, max(deadline - time.monotonic(), 0.0))
+            if membership is not None:
+                membership.wait_gone({worker}, pause)  # ends early when it leaves
+            else:
+                time.sleep(pause)

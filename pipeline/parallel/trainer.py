@@ -31,14 +31,14 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from distributed import Client
 
-from hmdspt.core import merge, partition, strategies
+from hmdspt.core import strategies
 from hmdspt.core.checkpoint import (
     Checkpoint,
     check_fingerprint,
@@ -49,17 +49,26 @@ from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pa
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
-from hmdspt.parallel.client import WorkerLostError, scatter_to, scheduler_workers, wait_some
+from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
+from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.lifecycle import close_run, deferred_interrupts, open_run
-from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
-from hmdspt.parallel.scoring import score_workers
-from hmdspt.parallel.worker import RoundSpec, remembered_speed, round_task, run_key, speed_key
+from hmdspt.parallel.membership import Membership
+from hmdspt.parallel.placement import Placement
+from hmdspt.parallel.recovery import Recovery
+from hmdspt.parallel.rounds import RoundRecord, RoundRunner, TrainingError
+from hmdspt.parallel.worker import RoundSpec, run_key
+
+__all__ = [
+    "COMPRESSION_MODES",
+    "RoundRecord",
+    "Trainer",
+    "TrainerConfig",
+    "TrainingError",
+    "ramp_length",
+    "round_schedule",
+]
 
 COMPRESSION_MODES = ("none", "float16", "topk")
-
-
-class TrainingError(RuntimeError):
-    """The fit cannot go on (a worker failed or left, no workers)."""
 
 
 @dataclass
@@ -278,20 +287,6 @@ def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
     return ramp + list(range(rounds_per_epoch, 0, -1))
 
 
-@dataclass
-class RoundRecord:
-    """What one round measured (also written to the run log)."""
-
-    round: int
-    epoch: int
-    wall_s: float
-    merge_s: float
-    loss_sum: float
-    rows: int
-    workers: dict[str, dict[str, float]] = field(default_factory=dict)
-    val_score: float | None = None
-
-
 class Trainer:
     """Runs the round loop for one fit.
 
@@ -354,6 +349,7 @@ class Trainer:
         self.loss_curve: list[float] = []  # mean training loss of each complete epoch
         self.divergence_warning: str | None = None  # written to the run log once
         self._epoch = 0
+        self._epoch_complete = True  # epoch 0, "before the first": a fit starts with 1
         self._X: np.ndarray | None = None
         self._Y: np.ndarray | None = None
         self.n_rows = 0
@@ -364,8 +360,15 @@ class Trainer:
         self._called_at = self._start
         self.resumed_from: Checkpoint | None = None  # the checkpoint this fit continued
         self._restored_scores: dict[str, dict] = {}  # worker name -> saved estimate
+        self._restored_extra: tuple[dict, dict] = ({}, {})  # checkpoint_extra's, restored
+        self._resumed = False  # whether a state was restored (load_state_dict)
         self._checkpoint_extra: Callable[[], dict] | None = None
         self._on_round: Callable[[RoundRecord], None] | None = None
+        # The fit's collaborators: they act on this trainer's state and hold none.
+        self.membership = Membership(client)  # open while fit runs
+        self.rounds = RoundRunner(self)
+        self.recovery = Recovery(self)
+        self.placement = Placement(self)
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
@@ -395,79 +398,7 @@ class Trainer:
             self.active.add(addr)
 
     def _initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
-        """Rows per worker before round one, by the partition policy (the workers' speeds
-        measured first when the policy's shares follow them)."""
-        if self.partition_policy.uses_speeds:
-            self._measure_speeds(n_rows, sorted(workers))
-        return self.partition_policy.shares(n_rows, self.scorer.scores())
-
-    def _measure_speeds(self, n_rows: int, addresses: list[str]) -> None:
-        """Every worker's speed, from the checkpoint resumed, the workers' speed memory or
-        a probe (the first of these that has them all), into the scorer and the log."""
-        if self.resumed_from is not None and all(
-            self.scorer.estimates[a].n_updates for a in addresses
-        ):
-            # Every worker's speed came back with the checkpoint: no probe needed.
-            for addr in addresses:
-                self._log(
-                    "score",
-                    round=self.round_index,
-                    worker=self._names[addr],
-                    score=self.scorer.score(addr),
-                    source="online",  # measured online before the restart
-                    restored=True,
-                )
-            return
-        remembered = self._remembered_speeds(addresses)
-        if remembered is not None:
-            for addr, memory in remembered.items():
-                self.scorer.update_speed(addr, memory["speed"])
-                self._log(
-                    "score",
-                    round=0,
-                    worker=self._names[addr],
-                    score=memory["speed"],
-                    source="remembered",
-                    age_s=memory["age_s"],
-                    from_run_id=memory["run_id"],
-                )
-            return
-        probe = score_workers(
-            self.client,
-            self.model.layer_sizes,
-            seconds=self.config.probe_seconds,
-            n_rows_total=None if self.config.probe_seconds is not None else n_rows,
-            batch_size=self.batch_size,
-            hidden_activation=self.model.hidden_activation,
-            out_activation=self.model.out_activation,
-            seed=self.config.seed,
-        )
-        for addr, speed in probe.items():
-            self.scorer.update_speed(addr, speed)
-            self._log("score", round=0, worker=self._names[addr], score=speed, source="probe")
-
-    def _remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
-        """Every worker's remembered speed for this model shape, or None (then probe)."""
-        if not self.config.reuse_speeds_s:
-            return None
-        key = speed_key(
-            self.model.layer_sizes,
-            self.batch_size,
-            self.model.dtype,
-            self.model.hidden_activation,
-            self.model.out_activation,
-        )
-        try:
-            memories = self.client.run(
-                remembered_speed, key, self.config.reuse_speeds_s, workers=addresses
-            )
-        except (OSError, TimeoutError, KeyError, ValueError):
-            return None  # a worker left while asked: the probe will find out who is there
-        if set(memories) != set(addresses) or any(m is None for m in memories.values()):
-            # One unmeasured worker means probing all: probed alone, without the others'
-            # contention, it would look faster than it trains.
-            return None
-        return memories
+        return self.placement.initial_counts(n_rows, workers)
 
     def _ramp_rounds(self, rounds_per_epoch: int) -> int:
         """How many ramp rounds open the first epoch (:func:`ramp_length`)."""
@@ -586,15 +517,16 @@ class Trainer:
         n_rows = self.n_rows = len(Y)
         self._checkpoint_extra = checkpoint_extra
         self._on_round = on_round
-        start_epoch = 1
         if cfg.resume:
             # Before the log and the cluster: a mismatch is reported as itself.
-            start_epoch = self._resume()
+            self._resume()
+        start_epoch = self._start_epoch()
         if cfg.run_log:
             self.log = RunLogWriter(self.run_log_path, run_id=self.run_id)
         status, reason = "failed", None
         try:
             self._owner_recorded = open_run(self.client, self.run_id)
+            self.membership.start()  # before the workers are listed: no change is missed
             workers = self._workers()
             self._register(workers)
             self._log(
@@ -641,9 +573,9 @@ class Trainer:
             lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
             if lost:
                 self._recover(lost)  # raises when nobody is left
-            if self.resumed_from is not None:
+            if self._resumed:
                 ckpt = self.resumed_from
-                if self.log is not None:
+                if self.log is not None and ckpt is not None:
                     self.log.write(
                         "resume",
                         round=self.round_index,
@@ -652,12 +584,8 @@ class Trainer:
                         from_run_id=ckpt.meta.get("run_id"),
                     )
                 if on_resume is not None:
-                    arrays = {
-                        k[len("extra.") :]: v
-                        for k, v in ckpt.arrays.items()
-                        if k.startswith("extra.")
-                    }
-                    on_resume(dict(ckpt.meta.get("extra", {})), arrays)
+                    extra, extra_arrays = self._restored_extra
+                    on_resume(dict(extra), dict(extra_arrays))
             elif self.sync_strategy.warm_starts and cfg.warm_start_rows and cfg.warm_start_epochs:
                 sample = np.random.default_rng(cfg.seed).choice(
                     n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
@@ -681,11 +609,11 @@ class Trainer:
             self._rounds_per_epoch = rounds_per_epoch
             ramp_rounds = (
                 self._ramp_rounds(rounds_per_epoch)
-                if self.sync_strategy.ramps and self.resumed_from is None
+                if self.sync_strategy.ramps and not self._resumed
                 else 0
             )
             for epoch in range(start_epoch, max_epochs + 1):
-                self._epoch = epoch
+                self._epoch, self._epoch_complete = epoch, False
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 schedule = round_schedule(
@@ -788,54 +716,109 @@ class Trainer:
     # ------------------------------------------------------------ checkpoints
     def fingerprint(self) -> dict[str, Any]:
         """What a checkpoint must match to be resumed into this model."""
-        return {
-            "layer_sizes": [int(s) for s in self.model.layer_sizes],
-            "n_params": int(self.model.n_params),
-            "dtype": self.model.dtype.name,
-            "hidden_activation": self.model.hidden_activation,
-            "out_activation": self.model.out_activation,
-            "solver": self.optimizer_kwargs.get("solver"),
-        }
+        return fingerprint(self.model, self.optimizer_kwargs)
 
-    def _save_checkpoint(self, epoch: int, epoch_complete: bool) -> Path | None:
-        """Save the state at this round boundary (no-op without ``checkpoint_dir``)."""
-        if not self.config.checkpoint_dir:
-            return None
-        arrays: dict[str, np.ndarray] = {"params": self.model.params}
-        for name, vector in self.driver_optimizer.state_vectors().items():
-            arrays[f"optimizer.{name}"] = vector
-        if self.momentum.velocity is not None:
-            arrays["momentum.velocity"] = self.momentum.velocity
+    def state_dict(self) -> dict[str, Any]:
+        """The fit's checkpointable state, copied: what a checkpoint holds.
+
+        The global parameters, the driver optimizer's state vectors, learning rate and
+        Adam step, the block momentum's velocity, the round counter, the epoch (and
+        whether it is complete), the scores by worker name, what ``checkpoint_extra``
+        returns (see :meth:`fit`), the run id and the model's :meth:`fingerprint`.
+        :meth:`load_state_dict` restores it into a fresh trainer, whose :meth:`fit` then
+        continues as one resumed from a checkpoint file does.
+        """
         extra: dict[str, Any] = {}
+        extra_arrays: dict[str, np.ndarray] = {}
         if self._checkpoint_extra is not None:
             for key, value in self._checkpoint_extra().items():
                 if isinstance(value, np.ndarray):
-                    arrays[f"extra.{key}"] = value
+                    extra_arrays[key] = value
                 else:
                     extra[key] = value
-        scores = {
-            self._names.get(addr, str(addr)): {
-                "prior": est.prior,
-                "mean": est.mean,
-                "var": est.var,
-                "n_updates": est.n_updates,
-            }
-            for addr, est in self.scorer.estimates.items()
-            if est.n_updates  # unmeasured ones hold NaN, which JSON cannot carry
-        }
-        meta = {
+        velocity = self.momentum.velocity
+        return {
             "run_id": self.run_id,
-            "round_index": self.round_index,
-            "epoch": epoch,
-            "epoch_complete": epoch_complete,
             "fingerprint": self.fingerprint(),
+            "params": self.model.params.copy(),
             "optimizer": {
+                "vectors": {
+                    name: vector.copy()
+                    for name, vector in self.driver_optimizer.state_vectors().items()
+                },
                 "learning_rate": float(self.driver_optimizer.learning_rate),
                 "t": getattr(self.driver_optimizer, "t", None),
             },
-            "scores": scores,
+            "momentum": {"velocity": None if velocity is None else velocity.copy()},
+            "round_index": int(self.round_index),
+            "epoch": int(self._epoch),
+            "epoch_complete": bool(self._epoch_complete),
+            "scores": {
+                self._names.get(addr, str(addr)): {
+                    "prior": est.prior,
+                    "mean": est.mean,
+                    "var": est.var,
+                    "n_updates": est.n_updates,
+                }
+                for addr, est in self.scorer.estimates.items()
+                if est.n_updates  # unmeasured ones hold NaN, which JSON cannot carry
+            },
             "extra": extra,
+            "extra_arrays": extra_arrays,
         }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, before :meth:`fit`.
+
+        The parameters are restored in place (views share the vector); the block
+        momentum's ``mu`` and ``eta`` stay this fit's (they are settings); scores go to
+        the workers of the same names as they register. :meth:`fit` then skips the warm
+        start and starts with the epoch after a complete one, or restarts an incomplete
+        one from its first round.
+
+        Raises
+        ------
+        hmdspt.core.checkpoint.CheckpointError
+            The state belongs to a model of another shape (:meth:`fingerprint`).
+        """
+        check_fingerprint(state.get("fingerprint", {}), self.fingerprint())
+        self.model.params[...] = state["params"]
+        vectors = state["optimizer"]["vectors"]
+        for name, vector in self.driver_optimizer.state_vectors().items():
+            if name in vectors:
+                vector[...] = vectors[name]
+        self.driver_optimizer.learning_rate = float(state["optimizer"]["learning_rate"])
+        if state["optimizer"].get("t") is not None and hasattr(self.driver_optimizer, "t"):
+            self.driver_optimizer.t = int(state["optimizer"]["t"])
+        self.momentum.load_state_dict(
+            {
+                "momentum": self.momentum.momentum,
+                "lr": self.momentum.lr,
+                "velocity": state["momentum"].get("velocity"),
+            }
+        )
+        self._restored_scores = dict(state.get("scores", {}))
+        for addr, name in self._names.items():
+            if name in self._restored_scores:
+                self.scorer.estimates[addr] = WorkerEstimate(**self._restored_scores[name])
+        self.round_index = int(state["round_index"])
+        self._epoch = int(state["epoch"])
+        self._epoch_complete = bool(state["epoch_complete"])
+        self._restored_extra = (dict(state.get("extra", {})), dict(state.get("extra_arrays", {})))
+        self._resumed = True
+
+    def _start_epoch(self) -> int:
+        """The epoch :meth:`fit` starts with (after the state restored, if any)."""
+        if not self._resumed:
+            return 1
+        return max(1, self._epoch + 1 if self._epoch_complete else self._epoch)
+
+    def _save_checkpoint(self, epoch: int, epoch_complete: bool) -> Path | None:
+        """Save :meth:`state_dict` at this round boundary (no-op without ``checkpoint_dir``)."""
+        self._epoch, self._epoch_complete = epoch, epoch_complete
+        if not self.config.checkpoint_dir:
+            return None
+        arrays, meta = state_to_checkpoint(self.state_dict())
         path = save_checkpoint(self.config.checkpoint_dir, arrays, meta)
         self._log(
             "checkpoint",
@@ -851,64 +834,13 @@ class Trainer:
         ckpt = load_latest_checkpoint(self.config.checkpoint_dir)
         if ckpt is None:
             return 1
-        meta, arrays = ckpt.meta, ckpt.arrays
-        check_fingerprint(meta.get("fingerprint", {}), self.fingerprint())
-        self.model.params[...] = arrays["params"]  # in place: views share the vector
-        for name, vector in self.driver_optimizer.state_vectors().items():
-            if f"optimizer.{name}" in arrays:
-                vector[...] = arrays[f"optimizer.{name}"]
-        opt = meta["optimizer"]
-        self.driver_optimizer.learning_rate = float(opt["learning_rate"])
-        if opt.get("t") is not None and hasattr(self.driver_optimizer, "t"):
-            self.driver_optimizer.t = int(opt["t"])
-        # The velocity comes back; mu and eta are this fit's (they are settings).
-        self.momentum.load_state_dict(
-            {
-                "momentum": self.momentum.momentum,
-                "lr": self.momentum.lr,
-                "velocity": arrays.get("momentum.velocity"),
-            }
-        )
-        self._restored_scores = dict(meta.get("scores", {}))
-        self.round_index = int(meta["round_index"])
+        self.load_state_dict(checkpoint_to_state(ckpt))
         self.resumed_from = ckpt
-        return int(meta["epoch"]) + 1 if meta["epoch_complete"] else int(meta["epoch"])
+        return self._start_epoch()
 
     # ----------------------------------------------------------------- a round
     def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
-        cfg = self.config
-        return RoundSpec(
-            run_id=self.run_id,
-            layer_sizes=self.model.layer_sizes,
-            hidden_activation=self.model.hidden_activation,
-            out_activation=self.model.out_activation,
-            alpha=self.sync_strategy.worker_alpha(self.model.alpha),
-            dtype=self.model.dtype.name,
-            optimizer=self.optimizer_kwargs,
-            batch_size=self.batch_size,
-            mode=self.sync_strategy.worker_mode,
-            new_epoch=new_epoch,
-            rounds_left=rounds_left,
-            learning_rate=self.driver_optimizer.learning_rate,
-            compression=cfg.compression,
-            topk=cfg.topk,
-            seed=cfg.seed,
-            round=self.round_index,
-            return_row_ids=cfg.record_row_ids,
-            # Speeds are remembered from what a later proportional fit will repeat: every
-            # worker busy for the whole of a regular round (see worker_tasks). Not from
-            # equal shares (the fast workers finish early, and on a shared machine the
-            # others then run with less contention than in a proportional round), nor
-            # from ramp rounds (fixed per-round costs weigh more in them), nor from bsp's
-            # gradients (a different cost per row), nor from catch-up rounds (only some
-            # workers have rows due).
-            remember_speed=(
-                self.partition_policy.uses_speeds
-                and self.sync_strategy.remembers_speed
-                and rounds_left <= self._rounds_per_epoch
-                and not self._catching_up
-            ),
-        )
+        return self.rounds.spec(new_epoch, rounds_left)
 
     def _round(
         self,
@@ -918,116 +850,8 @@ class Trainer:
         evaluate: Callable[[], float] | None = None,
         epoch_end: bool = False,
     ) -> RoundRecord:
-        self.round_index += 1
-        self._sync_membership()
-        spec = self._spec(new_epoch, rounds_left)
-        start = time.perf_counter()
-        # w_t goes to each worker once per round (not inside each task submission).
-        params_futures = self._broadcast()
-        futures = {
-            self.client.submit(
-                round_task,
-                shard,
-                params_futures[addr],
-                spec,
-                workers=[addr],
-                allow_other_workers=False,
-                pure=False,
-            ): addr
-            for addr, shard in self.staged.futures.items()
-        }
-        results: dict[str, dict] = {}
-        arrived: dict[str, float] = {}
-        lost: set[str] = set()
-        pending = set(futures)
-        while pending:
-            # Short waits: a pinned task whose worker left would wait forever otherwise.
-            try:
-                done, pending = wait_some(pending, 0.5, "FIRST_COMPLETED")
-            except Exception:  # e.g. tasks cancelled because their worker died
-                done = {f for f in pending if f.status != "pending"}
-                pending -= done
-            for future in done:
-                addr = futures[future]
-                try:
-                    # The result lives on the worker until fetched: it can die in between.
-                    results[addr] = future.result()
-                    arrived[addr] = time.perf_counter() - start
-                except Exception as exc:
-                    if addr not in self._gone({addr}, grace_s=5.0):
-                        raise TrainingError(
-                            f"worker {self._names.get(addr, addr)} failed in round "
-                            f"{self.round_index}: {exc!r}"
-                        ) from exc
-                    lost.add(addr)  # the round completes without it; its delta is dropped
-            if pending:
-                gone = self._gone({futures[f] for f in pending})
-                lost |= gone
-                pending = {f for f in pending if futures[f] not in gone}
-        if not results:
-            self._recover(lost)  # raises when nobody is left; else the round is retried
-            return self._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
-        merge_start = time.perf_counter()
-        self._apply(results)
-        merge_s = time.perf_counter() - merge_start
-        wall = time.perf_counter() - start
-        record = RoundRecord(
-            self.round_index,
-            epoch,
-            wall,
-            merge_s,
-            sum(r["loss_sum"] for r in results.values()),
-            sum(r["rows"] for r in results.values()),
-        )
-        loss = record.loss_sum / max(record.rows, 1)
-        finite = bool(np.isfinite(self.model.params).all())
-        if not (finite and math.isfinite(loss)):
-            self.client.cancel(list(params_futures.values()))
-            raise TrainingError(
-                f"training diverged in round {self.round_index}: the loss is {loss:.3g} "
-                f"({'finite' if finite else 'non-finite'} parameters); lower "
-                "learning_rate_init"
-            )
-        # Lost workers' rows re-staged after this round (below) are added to these.
-        self._due_rows = sum(r["due_left"] for r in results.values())
-        dense_bytes = self.model.params.nbytes
-        for addr, res in results.items():
-            busy = res["busy_s"]
-            comm = max(arrived[addr] - busy, 0.0)  # driver-side: send w_t + return payload
-            idle = max(wall - busy - comm, 0.0)
-            record.workers[self._names[addr]] = {
-                "rows": res["rows"],
-                "steps": res["steps"],
-                "busy_s": busy,
-                "comm_s": comm,
-                "idle_s": idle,
-                "bytes_in": dense_bytes,
-                "bytes_out": res["bytes_out"],
-            }
-            if res["rows"]:
-                self.scorer.update(addr, res["rows"], busy)
-        if self.config.record_row_ids:
-            seen = self.rows_seen.setdefault(epoch, np.zeros(self.n_rows, dtype=np.int64))
-            for res in results.values():
-                np.add.at(seen, res["row_ids"], 1)
-        self.history.append(record)
-        self._log(
-            "round",
-            round=record.round,
-            epoch=epoch,
-            wall_s=wall,
-            merge_s=merge_s,
-            loss=loss,
-            # With a worker lost, catch-up rounds end the epoch (see fit).
-            val_score=self._evaluate(evaluate, epoch_end and not lost),
-            workers=record.workers,
-        )
-        self.client.cancel(list(params_futures.values()))
-        if lost:
-            self._recover(lost)
-        if self._on_round is not None:
-            self._on_round(record)
-        return record
+        """One round (:meth:`hmdspt.parallel.rounds.RoundRunner.run`)."""
+        return self.rounds.run(epoch, new_epoch, rounds_left, evaluate, epoch_end)
 
     def training_seconds(self) -> float:
         """Seconds since the user's call (see :meth:`fit`), less the time ``evaluate`` took."""
@@ -1057,260 +881,31 @@ class Trainer:
         return score
 
     def _broadcast(self) -> dict[str, Any]:
-        """Send ``w_t`` once to every staged worker; a future per worker.
+        """Send ``w_t`` to every staged worker (:meth:`RoundRunner.broadcast`)."""
+        return self.rounds.broadcast()
 
-        Scattered directly to each worker rather than with ``broadcast=True``: Dask's
-        broadcast replication kept retrying a killed worker's stale address every 30 s
-        (measured: a fit hung there), while a direct transfer to a dead worker fails
-        within the connect timeout.
-
-        A direct scatter also waits, for as long as its timeout, while its worker is
-        not *running*: one that is retiring (``--lifetime`` reached, or retired by the
-        cluster) or paused, or that has already left. Each scatter is therefore one short
-        attempt of :func:`hmdspt.parallel.client.scatter_to`; workers that did not take ``w_t``
-        are looked up, those that left are recovered (their rows re-staged onto the
-        others, which keep the ``w_t`` they got) and the broadcast goes on. A worker
-        that stays in the cluster without running fails the fit after
-        ``broadcast_timeout_s``, named with its status. (Measured before: a SLURM worker
-        retiring at ``--lifetime`` between the membership check and the broadcast cost a
-        full 20 s timeout.)
-
-        Each ``w_t`` goes under a key naming the run and this client
-        (:func:`hmdspt.parallel.worker.run_key`): a scatter cut short (Ctrl-C, a driver
-        that dies) can leave it on a worker with the scheduler never told, and the
-        workers free such keys when the run ends.
-        """
-        deadline = time.monotonic() + self.config.broadcast_timeout_s
-        sent: dict[str, Any] = {}
-        errors: dict[str, Exception] = {}
-        while True:
-            for addr in sorted(set(self.staged.futures) - set(sent)):
-                try:
-                    # One attempt (timeout 0); the deadline is this loop's, for all workers.
-                    key = run_key(self.run_id, self.client.id, f"w_t-{self.round_index}")
-                    sent[addr] = scatter_to(self.client, {key: self.model.params}, addr, 0.0)[key]
-                except Exception as exc:  # not running, left, or died unnoticed
-                    errors[addr] = exc
-            missing = set(self.staged.futures) - set(sent)
-            if not missing:
-                return {addr: sent[addr] for addr in sorted(self.staged.futures)}
-            gone = self._gone(missing, grace_s=min(1.0, max(deadline - time.monotonic(), 0)))
-            if gone:
-                self._recover(gone)  # raises when nobody is left
-                stale = [f for a, f in sent.items() if a not in self.staged.futures]
-                if stale:
-                    self.client.cancel(stale)
-                sent = {a: f for a, f in sent.items() if a in self.staged.futures}
-            elif time.monotonic() >= deadline:
-                self.client.cancel(list(sent.values()))
-                info = scheduler_workers(self.client)
-                states = "; ".join(
-                    f"{self._names.get(a, a)} (status {info.get(a, {}).get('status', 'gone')}, "
-                    f"last error {errors.get(a)!r})"
-                    for a in sorted(missing)
-                )
-                raise TrainingError(
-                    f"could not send the model to worker {states} for "
-                    f"{self.config.broadcast_timeout_s:g} s in round {self.round_index}; "
-                    "it is still in the cluster but takes no data (paused for memory, "
-                    "retiring without leaving, or unreachable)"
-                )
-
-    def _live(self) -> set[str]:
-        return set(scheduler_workers(self.client))
-
-    def _gone(self, addresses: set[str], grace_s: float = 0.0) -> set[str]:
-        """Which of ``addresses`` left the cluster, giving the scheduler ``grace_s`` to notice."""
-        deadline = time.monotonic() + grace_s
-        while True:
-            gone = set(addresses) - self._live()
-            if gone or time.monotonic() >= deadline:
-                return gone
-            time.sleep(0.2)
-
+    # ------------------------------------------------- membership and recovery
     def _sync_membership(self, grace_s: float = 0.0) -> None:
-        """Before a round: re-stage the rows of lost workers, bring in new ones."""
-        live = self._live()
-        gone = (self.active | set(self.staged.futures)) - live
-        if gone:  # confirm with a second look: a loss is acted on only when it persists
-            time.sleep(0.2)
-            live = self._live()
-            gone &= (self.active | set(self.staged.futures)) - live
-        if not gone and grace_s:
-            gone = self._gone(self.active | set(self.staged.futures), grace_s)
-            live = self._live()
-        if gone:
-            self._recover(gone)
-        joined = live - self.active
-        if joined:
-            self._join(joined)
+        """Before a round: re-stage lost workers' rows, take in new ones (:class:`Recovery`)."""
+        self.recovery.sync(grace_s)
 
     def _recover(self, lost: set[str]) -> None:
-        """Drop lost workers; re-stage their rows from the source onto the survivors."""
-        for addr in sorted(lost):
-            self._log(
-                "worker_lost",
-                worker=self._names.get(addr, addr),
-                round=self.round_index,
-                reason="left the cluster",
-            )
-            self.active.discard(addr)
-            if addr in self.scorer.workers:
-                self.scorer.remove_worker(addr)
-        self.staged = drop_workers(self.staged, lost)
-        survivors = sorted(self.active & self._live())
-        if not survivors:  # a second look before giving up
-            time.sleep(1.0)
-            survivors = sorted(self.active & self._live())
-        if not survivors:
-            raise TrainingError(
-                f"every worker was lost (last: {', '.join(self._names.get(a, a) for a in lost)}"
-                f") in round {self.round_index}; nothing is left to train on"
-            )
-        start = time.perf_counter()
-        try:
-            missing = self._restage_missing(survivors)
-        except WorkerLostError:
-            # Another worker left while rows were counted or re-staged; ``staged`` is
-            # still whole (add_rows releases nothing until it succeeds): start again.
-            more = self._gone(self.active | set(self.staged.futures), grace_s=5.0)
-            if not more:
-                raise
-            self._recover(more)
-            return
-        self._log_partition(
-            self.round_index, [], time.perf_counter() - start, restaged=int(len(missing))
-        )
-
-    def _restage_missing(self, survivors: list[str]) -> np.ndarray:
-        """Give the rows no worker holds to ``survivors``, by score; the ids re-staged."""
-        held = held_row_ids(self.staged)
-        have = np.concatenate(list(held.values())) if held else np.empty(0, np.int64)
-        missing = np.setdiff1d(np.arange(self.n_rows), have, assume_unique=True)
-        if len(missing):
-            shares = partition.apportion(
-                len(missing), {a: self.scorer.score(a) for a in survivors}, min_rows=0
-            )
-            order = np.random.default_rng([self.config.seed, self.round_index]).permutation(missing)
-            bounds = np.cumsum([0, *shares.values()])
-            assignment = {
-                a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
-            }
-            self.staged = add_rows(
-                self.client,
-                self.staged,
-                self._X,
-                self._Y,
-                assignment,
-                dtype=self.model.dtype,
-                key_name=self._shard_key,
-            )
-            self._disturbed_epochs.add(self._epoch)
-            self._restaged_rows[self._epoch] += len(missing)
-            self._due_rows += len(missing)  # they arrive not done (add_rows)
-        return missing
+        """Drop lost workers; re-stage their rows onto the survivors (:class:`Recovery`)."""
+        self.recovery.recover(lost)
 
     def _join(self, joined: set[str]) -> None:
-        """Probe workers that joined, give them a score; rows follow at the next re-balance."""
-        info = scheduler_workers(self.client)
-        self._register({a: info[a] for a in joined if a in info})
-        speeds = score_workers(
-            self.client,
-            self.model.layer_sizes,
-            seconds=self.config.probe_seconds,
-            batch_size=self.batch_size,
-            hidden_activation=self.model.hidden_activation,
-            out_activation=self.model.out_activation,
-            seed=self.config.seed,
-            workers=sorted(joined),
-        )
-        for addr in sorted(joined):
-            self._log(
-                "worker_joined",
-                worker=self._names[addr],
-                round=self.round_index,
-                address=addr,
-                nthreads=info[addr].get("nthreads"),
-                memory=info[addr].get("memory_limit"),
-            )
-            if addr in speeds:
-                self.scorer.update_speed(addr, speeds[addr])
-                self._log(
-                    "score",
-                    round=self.round_index,
-                    worker=self._names[addr],
-                    score=speeds[addr],
-                    source="probe",
-                )
-        self._maybe_rebalance(force=True)
+        self.recovery.join(joined)
 
     def _apply(self, results: dict[str, dict]) -> None:
-        """Combine the workers' payloads into the global parameters (the strategy)."""
-        order = sorted(results)
-        self.sync_strategy.combine(
-            self.model,
-            [merge.decompress(results[a]["payload"]) for a in order],
-            [results[a]["rows"] for a in order],
-            [results[a]["steps"] for a in order],
-            optimizer=self.driver_optimizer,
-            momentum=self.momentum,
-            config=self.config,
-        )
+        self.rounds.apply(results)
 
     # -------------------------------------------------------------- rebalance
     def _maybe_rebalance(self, force: bool = False) -> None:
-        """Move rows when the partition policy's plan says so
-        (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`; ``force``: also a policy that
-        does not re-balance, which must take in a worker that joined)."""
-        members = sorted(self.active)
-        current = {a: self.staged.counts.get(a, 0) for a in members}
-        scores = {a: self.scorer.score(a) for a in members}
-        moves = self.partition_policy.plan(current, scores, self.n_rows, force=force)
-        if not moves:
-            return
-        start = time.perf_counter()
-        try:
-            self.staged = rebalance(self.client, self.staged, moves)
-        except Exception:
-            # A worker died under the moves: the old shards are untouched until a
-            # re-balance succeeds, so re-stage the lost rows and re-plan next round.
-            if not self._gone(self.active | set(self.staged.futures), grace_s=5.0):
-                raise
-            self._sync_membership()
-            return
-        for addr in members:
-            speed = self.scorer.score(addr)
-            self._log(
-                "score",
-                round=self.round_index,
-                worker=self._names[addr],
-                score=speed,
-                source="online",
-                uncertainty=self.scorer.rel_std(addr),
-            )
-        self._log_partition(self.round_index, moves, time.perf_counter() - start)
+        """Move rows when the partition policy's plan says so (:class:`Placement`)."""
+        self.placement.maybe_rebalance(force)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
-        self._log(
-            "partition",
-            round=round_,
-            # Members without rows too (fewer rows than workers: PartitionPolicy.shares).
-            rows={
-                self._names[a]: int(self.staged.counts.get(a, 0))
-                for a in [*self.staged.counts, *sorted(self.active - set(self.staged.counts))]
-            },
-            moves=[
-                (
-                    self._names.get(m.source, m.source),
-                    self._names.get(m.destination, m.destination),
-                    int(m.rows),
-                )
-                for m in moves
-            ],
-            rows_moved=int(sum(m.rows for m in moves)),
-            seconds=seconds,
-            **extra,
-        )
+        self.placement.log_partition(round_, moves, seconds, **extra)
 
     # ------------------------------------------------------------------- end
     def _finish(self, status: str, reason: str | None) -> None:
@@ -1342,6 +937,7 @@ class Trainer:
             close_run(self.client, self.run_id, self._owner_recorded)
         except Exception:  # the cluster may be gone; nothing to clean then
             pass
+        self.membership.close()  # no handler of this fit stays on the client
 
     def report(self) -> dict[str, dict[str, float]]:
         """Per worker: rows held, busy s, idle s, idle fraction, final score."""

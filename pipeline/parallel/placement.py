@@ -1,0 +1,162 @@
+"""Where a fit's rows live: the first shares, the speeds they follow, re-balancing.
+
+:class:`Placement` gives the rows out before round one by the partition policy (the
+workers' speeds measured first, or remembered, or restored with a checkpoint, when the
+policy's shares follow them), moves rows between rounds when the policy's plan says so,
+and writes the placement to the run log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hmdspt.parallel.rebalance import rebalance
+from hmdspt.parallel.scoring import score_workers
+from hmdspt.parallel.worker import remembered_speed, speed_key
+
+__all__ = ["Placement"]
+
+
+class Placement:
+    """Row placement of ``trainer``'s fit (it holds the fit's state; this holds none)."""
+
+    # A move can fail on a broken connection before the scheduler removed its worker:
+    # wait this long for the removal before calling the failure the move's own.
+    LOSS_NOTICE_S = 5.0
+
+    def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
+        self.trainer = trainer
+
+    def initial_counts(self, n_rows: int, workers: dict[str, dict]) -> dict[str, int]:
+        """Rows per worker before round one, by the partition policy (the workers' speeds
+        measured first when the policy's shares follow them)."""
+        t = self.trainer
+        if t.partition_policy.uses_speeds:
+            self.measure_speeds(n_rows, sorted(workers))
+        return t.partition_policy.shares(n_rows, t.scorer.scores())
+
+    def measure_speeds(self, n_rows: int, addresses: list[str]) -> None:
+        """Every worker's speed, from the state resumed, the workers' speed memory or a
+        probe (the first of these that has them all), into the scorer and the log."""
+        t = self.trainer
+        if t._resumed and all(t.scorer.estimates[a].n_updates for a in addresses):
+            # Every worker's speed came back with the checkpoint: no probe needed.
+            for addr in addresses:
+                t._log(
+                    "score",
+                    round=t.round_index,
+                    worker=t._names[addr],
+                    score=t.scorer.score(addr),
+                    source="online",  # measured online before the restart
+                    restored=True,
+                )
+            return
+        remembered = self.remembered_speeds(addresses)
+        if remembered is not None:
+            for addr, memory in remembered.items():
+                t.scorer.update_speed(addr, memory["speed"])
+                t._log(
+                    "score",
+                    round=0,
+                    worker=t._names[addr],
+                    score=memory["speed"],
+                    source="remembered",
+                    age_s=memory["age_s"],
+                    from_run_id=memory["run_id"],
+                )
+            return
+        probe = score_workers(
+            t.client,
+            t.model.layer_sizes,
+            seconds=t.config.probe_seconds,
+            n_rows_total=None if t.config.probe_seconds is not None else n_rows,
+            batch_size=t.batch_size,
+            hidden_activation=t.model.hidden_activation,
+            out_activation=t.model.out_activation,
+            seed=t.config.seed,
+        )
+        for addr, speed in probe.items():
+            t.scorer.update_speed(addr, speed)
+            t._log("score", round=0, worker=t._names[addr], score=speed, source="probe")
+
+    def remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
+        """Every worker's remembered speed for this model shape, or None (then probe)."""
+        t = self.trainer
+        if not t.config.reuse_speeds_s:
+            return None
+        key = speed_key(
+            t.model.layer_sizes,
+            t.batch_size,
+            t.model.dtype,
+            t.model.hidden_activation,
+            t.model.out_activation,
+        )
+        try:
+            memories = t.client.run(
+                remembered_speed, key, t.config.reuse_speeds_s, workers=addresses
+            )
+        except (OSError, TimeoutError, KeyError, ValueError):
+            return None  # a worker left while asked: the probe will find out who is there
+        if set(memories) != set(addresses) or any(m is None for m in memories.values()):
+            # One unmeasured worker means probing all: probed alone, without the others'
+            # contention, it would look faster than it trains.
+            return None
+        return memories
+
+    def maybe_rebalance(self, force: bool = False) -> None:
+        """Move rows when the partition policy's plan says so
+        (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`; ``force``: also a policy that
+        does not re-balance, which must take in a worker that joined)."""
+        t = self.trainer
+        members = sorted(t.active)
+        current = {a: t.staged.counts.get(a, 0) for a in members}
+        scores = {a: t.scorer.score(a) for a in members}
+        moves = t.partition_policy.plan(current, scores, t.n_rows, force=force)
+        if not moves:
+            return
+        start = time.perf_counter()
+        try:
+            t.staged = rebalance(t.client, t.staged, moves)
+        except Exception:
+            # A worker died under the moves: the old shards are untouched until a
+            # re-balance succeeds, so re-stage the lost rows and re-plan next round.
+            everyone = t.active | set(t.staged.futures)
+            if not t.membership.wait_gone(everyone, self.LOSS_NOTICE_S):
+                raise
+            t._sync_membership()
+            return
+        for addr in members:
+            t._log(
+                "score",
+                round=t.round_index,
+                worker=t._names[addr],
+                score=t.scorer.score(addr),
+                source="online",
+                uncertainty=t.scorer.rel_std(addr),
+            )
+        self.log_partition(t.round_index, moves, time.perf_counter() - start)
+
+    def log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
+        """Write the placement (rows per worker, the moves) to the run log."""
+        t = self.trainer
+        t._log(
+            "partition",
+            round=round_,
+            # Members without rows too (fewer rows than workers: PartitionPolicy.shares).
+            rows={
+                t._names[a]: int(t.staged.counts.get(a, 0))
+                for a in [*t.staged.counts, *sorted(t.active - set(t.staged.counts))]
+            },
+            moves=[
+                (
+                    t._names.get(m.source, m.source),
+                    t._names.get(m.destination, m.destination),
+                    int(m.rows),
+                )
+                for m in moves
+            ],
+            rows_moved=int(sum(m.rows for m in moves)),
+            seconds=seconds,
+            **extra,
+        )
