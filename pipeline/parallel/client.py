@@ -29,8 +29,7 @@ def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
     Not ``client.scheduler_info()``: it returns the client's cached identity, which the
     client's own periodic refresh overwrites with an identity that lists no workers.
     When that refresh lands between the fresh fetch and the return, the cluster looks
-    empty (seen here: a re-balance failed with "the cluster has []"; a staging wait
-    could have taken every worker for lost).
+    empty, and a caller would take every worker for lost.
 
     Parameters
     ----------
@@ -87,9 +86,8 @@ def wait_some(
     distributed's ``wait`` raises :class:`TimeoutError` where ``concurrent.futures``
     returns, and that exception, its traceback and the frames of the client's ``sync``
     call form a reference cycle: until the garbage collector runs, it keeps the callers'
-    frames alive, the futures in their locals, and those futures' data on the workers
-    (measured: a scattered intermediate still held 2 s later, released at once by
-    ``gc.collect()``). Clearing the caught exception's traceback breaks the cycle.
+    frames alive, the futures in their locals, and those futures' data on the workers.
+    Clearing the caught exception's traceback breaks the cycle.
 
     ``watch``: worker addresses the tasks are pinned to. While a fit's membership is
     open, the wait also returns as soon as one of them leaves the cluster (a pinned task
@@ -122,8 +120,7 @@ def _wait_ok(futures: Iterable[Future], workers: Iterable[str], poll_s: float = 
     ``workers`` are the addresses the tasks are pinned to (or depend on). A pinned task
     whose worker has left waits forever, so the wait also ends when one of ``workers``
     leaves, including one that left between the caller's plan and this call (a snapshot
-    taken here would never see that one go: a fit hung so, in a re-balance planned just as
-    a SLURM worker reached its ``--lifetime``). With a fit's membership open the wait
+    taken here would never see that one go). With a fit's membership open the wait
     blocks until a task ends or a worker leaves; without one it is cut into slices of
     ``poll_s`` and each slice, the first before any waiting, asks the scheduler.
 

@@ -92,9 +92,8 @@ class RoundRunner:
         """Send ``w_t`` once to every staged worker; a future per worker.
 
         Scattered directly to each worker rather than with ``broadcast=True``: Dask's
-        broadcast replication kept retrying a killed worker's stale address every 30 s
-        (measured: a fit hung there), while a direct transfer to a dead worker fails
-        within the connect timeout.
+        broadcast replication keeps retrying a killed worker's stale address every 30 s,
+        while a direct transfer to a dead worker fails within the connect timeout.
 
         A direct scatter also waits, for as long as its timeout, while its worker is
         not *running*: one that is retiring (``--lifetime`` reached, or retired by the
@@ -103,9 +102,7 @@ class RoundRunner:
         ``w_t`` are asked about (the membership), those that left are recovered (their
         rows re-staged onto the others, which keep the ``w_t`` they got) and the broadcast
         goes on. A worker that stays in the cluster without running fails the fit after
-        ``broadcast_timeout_s``, named with its status. (Measured before: a SLURM worker
-        retiring at ``--lifetime`` between the membership check and the broadcast cost a
-        full 20 s timeout.)
+        ``broadcast_timeout_s``, named with its status.
 
         Each ``w_t`` goes under a key naming the run and this client
         (:func:`hmdspt.parallel.worker.run_key`): a scatter cut short (Ctrl-C, a driver

@@ -106,12 +106,10 @@ def probe_workers(
     emulation throttle as in training) are timed one by one. In a short probe one chunk
     stretched by a scheduling hiccup (a foreign process, a garbage collection) would shift
     the plain time average by its full length, so the estimate must be robust. The median
-    of the chunk speeds is, but it is biased where contention is regular rather than rare:
-    on the emulated 4:2:1 cluster the fastest worker's chunks run at one speed and 1.2-2x
-    slower while a neighbour's duty cycle overlaps them, and the median, ignoring that
-    slower minority, scored it 5-20 % faster than the time average a round achieves. The
-    default therefore drops only hiccups, chunks more than 3x slower than the median chunk
-    (a 99th-percentile chunk measured 1.4-2.3x), and takes rows over seconds of the rest.
+    is, but where contention is regular rather than rare it ignores the slower chunks and
+    rates a worker too fast (docs/design.md, "Round loop"). The default therefore drops
+    only hiccups, chunks more than 3x slower than the median chunk, and takes rows over
+    seconds of the rest.
     The precision that stops the probe is that estimate's relative standard error.
     Hiccups that recur are real costs: the online scorer sees them in the
     ``rows / busy_s`` of every training round. ``estimator="median"`` is kept for

@@ -493,13 +493,7 @@ def _stage_memory(
     futures: dict[str, Future] = {}
     lost = _gone_workers(client, counts) if skip_lost else set()
     # One shard is sent (a helper thread waits on the scatter) while the next is gathered:
-    # the two overlap, at the cost of holding two shards instead of one on the driver.
-    # Measured on KDD (494,021 x 41 float32, 3 shards; medians of interleaved runs):
-    # 0.17 s instead of 0.19 s from a C-ordered X, as the estimator passes it (10 runs);
-    # 0.22-0.26 s instead of 0.28-0.30 s from the Fortran-ordered X its npz holds, whose
-    # strided rows make the gathers 0.18 s (6 and 8 runs). Gathering from a C-ordered
-    # copy of such an X was faster again, but the copy tripled the staging benchmark's
-    # driver peak, and X is the user's, in memory already.
+    # the two overlap, at the cost of two shards on the driver (docs/design.md, "Round loop").
     sending: tuple[str, Any] | None = None
 
     def sent() -> None:

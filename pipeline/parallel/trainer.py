@@ -103,10 +103,8 @@ class TrainerConfig:
     ramp_first_round_s : float
         More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
         than this many seconds of compute (:func:`ramp_length`). About twice a round's
-        ~40 ms synchronisation (DESIGN): in shorter rounds the synchronisation and the
-        workers' 10-40 ms of per-round jitter decide the idle time (measured on 4:2:1 with
-        a 0.05 s bound: the fastest worker idled 20-30 % of the shortest ramp rounds and
-        5-6 % of a 3-epoch fit, against 1-3 % with 3 ramp rounds). The round's length is
+        synchronisation: in shorter rounds synchronisation and per-round jitter decide the
+        idle time (docs/design.md, "Round loop"). The round's length is
         predicted from the measured speeds (probe or memory); equal shares, which are not
         probed, use the warm-start pilot's speed on the driver; without either, the ramp
         has ``ramp_rounds`` rounds.
