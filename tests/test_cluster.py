@@ -1,4 +1,5 @@
-"""Tests of the emulated local cluster, the throttle and ``connect`` (real worker processes)."""
+"""Tests of the emulated local cluster, the throttle and ``connect`` (real worker processes),
+and of the one HMDSPT worker plugin (in-process workers: its registration is what matters)."""
 
 from __future__ import annotations
 
