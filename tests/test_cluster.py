@@ -188,6 +188,17 @@ def test_set_slowdown_changes_one_running_worker_only(emulated):
     assert get_slowdowns(client) == before
 
 
+@pytest.mark.timeout(120)
+def test_a_restarted_worker_gets_its_slowdown_and_blas_limit_back(emulated):
+    _, client = emulated
+    before = _slowdowns_by_name(client)
+    client.restart_workers([_by_name(client)["worker-2"]])
+    assert before == {"worker-0": 1.0, "worker-1": 2.0, "worker-2": 4.0}
+    assert _slowdowns_by_name(client) == before
+    blas = client.run(threadpool_info, workers=[_by_name(client)["worker-2"]])
+    assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
+
+
 @pytest.mark.timeout(60)
 def test_connect_accepts_client_cluster_address_and_none(emulated):
     cluster, client = emulated

@@ -2,11 +2,11 @@
 
 :func:`local_cluster` starts a real ``distributed.LocalCluster`` with one worker process
 per requested speed; each worker emulates its relative speed with a duty-cycle throttle
-(the slowdown held by its :class:`hmdspt.parallel.worker.HMDSPTWorkerPlugin`). Workers are
-named neutrally
-(``worker-0``, ``worker-1``, ...): the scorer must measure speeds, never read them. The
-emulation is recorded in the cluster's ``emulation`` attribute and shown in its repr, so
-that every result computed on it can be labelled as emulated.
+(the slowdown held by its :class:`hmdspt.parallel.worker.HMDSPTWorkerPlugin`, which the
+scheduler gives every worker). Workers are named neutrally (``worker-0``, ``worker-1``,
+...): the scorer must measure speeds, never read them. The emulation is recorded in the
+cluster's ``emulation`` attribute and shown in its repr, so that every result computed on
+it can be labelled as emulated.
 
 :func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
 nothing) into a ``distributed.Client``. Pools of batch jobs on a shared cluster (SLURM, PBS,
@@ -138,7 +138,8 @@ def local_cluster(
     cluster : EmulatedLocalCluster
         Started, with all workers connected. Use it as a context manager or ``close()`` it.
         Workers are named ``worker-0``, ``worker-1``, ... in the order of ``speeds``;
-        ``cluster.emulation`` records the emulated speeds.
+        ``cluster.emulation`` records the emulated speeds. A worker that restarts gets its
+        slowdown back; one added later (``cluster.scale``) runs at full speed.
 
     Raises
     ------
