@@ -402,7 +402,7 @@ def _cluster_with_scheduler_process():
     from distributed.deploy.subprocess import SubprocessScheduler
     from distributed.worker_memory import parse_memory_limit
 
-    from hmdspt.parallel.worker import SlowdownPlugin
+    from hmdspt.parallel.worker import HMDSPTWorkerPlugin
 
     memory = parse_memory_limit("auto", 1, len(SPEEDS), logger=logging.getLogger(__name__))
     workers = {
@@ -412,7 +412,7 @@ def _cluster_with_scheduler_process():
                 "nthreads": 1,
                 "memory_limit": memory,
                 "silence_logs": logging.WARNING,
-                "plugins": [SlowdownPlugin(max(SPEEDS) / s)],
+                "plugins": [HMDSPTWorkerPlugin(max(SPEEDS) / s, blas_threads=1)],
             },
         }
         for i, s in enumerate(SPEEDS)

@@ -1,26 +1,37 @@
-"""Tests of the emulated local cluster, the throttle and ``connect`` (real worker processes)."""
+"""Tests of the emulated local cluster, the throttle and ``connect`` (real worker processes),
+and of the one HMDSPT worker plugin (in-process workers: its registration is what matters)."""
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
+import weakref
 
+import numpy as np
 import psutil
 import pytest
-from distributed import Client
+from distributed import Client, LocalCluster
 from threadpoolctl import threadpool_info
 
+from hmdspt.core.nn import MLP
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from hmdspt.parallel.worker import (
+    WORKER_PLUGIN_NAME,
+    HMDSPTWorkerPlugin,
+    RoundSpec,
     ThrottleRecord,
     current_slowdown,
     get_slowdowns,
     probe_task,
+    run_ids_held,
     set_slowdown,
     throttled,
 )
+from tests.clusters import FREE_PORTS
 
 
 def _spin(cpu_seconds: float) -> None:
@@ -177,6 +188,17 @@ def test_set_slowdown_changes_one_running_worker_only(emulated):
     assert get_slowdowns(client) == before
 
 
+@pytest.mark.timeout(120)
+def test_a_restarted_worker_gets_its_slowdown_and_blas_limit_back(emulated):
+    _, client = emulated
+    before = _slowdowns_by_name(client)
+    client.restart_workers([_by_name(client)["worker-2"]])
+    assert before == {"worker-0": 1.0, "worker-1": 2.0, "worker-2": 4.0}
+    assert _slowdowns_by_name(client) == before
+    blas = client.run(threadpool_info, workers=[_by_name(client)["worker-2"]])
+    assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
+
+
 @pytest.mark.timeout(60)
 def test_connect_accepts_client_cluster_address_and_none(emulated):
     cluster, client = emulated
@@ -210,3 +232,133 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# ------------------------------------------------- the one worker plugin (in-process)
+OTHER_RUN = RoundSpec(
+    run_id="other-run",
+    layer_sizes=(4, 3, 2),
+    hidden_activation="relu",
+    out_activation="softmax",
+    alpha=0.0,
+    dtype="float32",
+    optimizer={"solver": "adam", "learning_rate_init": 0.001},
+    batch_size=8,
+    mode="delta",
+    new_epoch=True,
+    rounds_left=1,
+    learning_rate=0.001,
+)
+
+
+def _hold_run(spec: RoundSpec, dask_worker) -> None:
+    """Start run ``spec.run_id``'s state on a worker, as its first round would."""
+    dask_worker.plugins[WORKER_PLUGIN_NAME].state_for(spec)
+
+
+def _hmdspt_plugins(dask_worker) -> list[str]:
+    return sorted(name for name in dask_worker.plugins if name.startswith("hmdspt"))
+
+
+def _slowdowns_by_name(client: Client) -> dict[str, float]:
+    slowdowns = get_slowdowns(client)
+    return {name: slowdowns[a] for name, a in _by_name(client).items()}
+
+
+def _emulated_in_process(speeds=(2, 1)):
+    return local_cluster(speeds, processes=False, blas_threads=None)
+
+
+def _options_cluster(slowdowns: dict[str, float]) -> LocalCluster:
+    """In-process workers each given its own plugin in its options: the scheduler does not
+    know the plugin, so a fit's registration reaches every worker."""
+    cluster = LocalCluster(n_workers=0, threads_per_worker=1, processes=False, **FREE_PORTS)
+    template = cluster.new_spec
+    for name, k in slowdowns.items():
+        options = {**template["options"], "plugins": [HMDSPTWorkerPlugin(k)]}
+        cluster.worker_spec[name] = {"cls": template["cls"], "options": options}
+    cluster.scale(len(slowdowns))
+    cluster.wait_for_workers(len(slowdowns))
+    return cluster
+
+
+def _short_fit(client: Client) -> str:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 20)).astype(np.float32)
+    Y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, len(X))]
+    model = MLP((20, 16, 3))
+    model.initialize(np.random.RandomState(0))
+    config = TrainerConfig(partition="equal", warm_start_rows=0, ramp_rounds=0)
+    trainer = Trainer(client, model, {"solver": "adam", "learning_rate_init": 0.003}, 64, config)
+    trainer.fit(X, Y, max_epochs=2)
+    return trainer.run_id
+
+
+@pytest.mark.timeout(60)
+def test_every_worker_has_one_hmdspt_plugin_holding_its_slowdown_and_its_runs():
+    with _emulated_in_process() as cluster, Client(cluster) as client:
+        client.run(_hold_run, OTHER_RUN)
+        assert set(map(tuple, client.run(_hmdspt_plugins).values())) == {(WORKER_PLUGIN_NAME,)}
+        for name, worker in cluster.workers.items():
+            plugin = worker.plugins[WORKER_PLUGIN_NAME]
+            assert isinstance(plugin, HMDSPTWorkerPlugin)
+            assert plugin.slowdown == {"worker-0": 1.0, "worker-1": 2.0}[name]
+            assert plugin.held() == ["other-run"]
+        plugins = [w.plugins[WORKER_PLUGIN_NAME] for w in cluster.workers.values()]
+        assert plugins[0] is not plugins[1]  # one interpreter, one plugin per worker
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("given", ["by local_cluster", "in worker options"])
+def test_a_fit_registering_the_plugin_keeps_the_slowdowns_and_another_runs_state(given):
+    if given == "by local_cluster":
+        cluster = _emulated_in_process()
+    else:
+        cluster = _options_cluster({"worker-0": 1.0, "worker-1": 2.0})
+    with cluster, Client(cluster) as client:
+        set_slowdown(client, _by_name(client)["worker-0"], 3.0)  # a change made at run time
+        client.run(_hold_run, OTHER_RUN)
+        run_id = _short_fit(client)
+        assert _slowdowns_by_name(client) == {"worker-0": 3.0, "worker-1": 2.0}
+        held = client.run(run_ids_held)
+        assert set(map(tuple, held.values())) == {("other-run",)}, (run_id, held)
+        assert set(map(tuple, client.run(_hmdspt_plugins).values())) == {(WORKER_PLUGIN_NAME,)}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("given", ["by local_cluster", "in worker options"])
+def test_a_worker_that_joins_later_gets_the_plugin(given):
+    if given == "by local_cluster":
+        cluster = _emulated_in_process()
+    else:
+        cluster = _options_cluster({"worker-0": 1.0, "worker-1": 2.0})
+    with cluster, Client(cluster) as client:
+        if given == "in worker options":
+            _short_fit(client)  # the fit's registration is what later workers get
+        cluster.scale(3)
+        client.wait_for_workers(3)
+        assert set(map(tuple, client.run(_hmdspt_plugins).values())) == {(WORKER_PLUGIN_NAME,)}
+        slowdowns = _slowdowns_by_name(client)
+        assert {n: k for n, k in slowdowns.items() if n in ("worker-0", "worker-1")} == {
+            "worker-0": 1.0,
+            "worker-1": 2.0,
+        }
+        (joined,) = set(slowdowns) - {"worker-0", "worker-1"}
+        assert slowdowns[joined] == 1.0  # not emulated: nobody gave it a slowdown
+        client.run(_hold_run, OTHER_RUN, workers=[_by_name(client)[joined]])
+
+
+@pytest.mark.timeout(60)
+def test_unregistering_the_plugin_frees_the_run_state_it_held():
+    with _emulated_in_process() as cluster, Client(cluster) as client:
+        client.run(_hold_run, OTHER_RUN)
+        models = [
+            weakref.ref(w.plugins[WORKER_PLUGIN_NAME].runs["other-run"].state["model"])
+            for w in cluster.workers.values()
+        ]
+        client.unregister_worker_plugin(WORKER_PLUGIN_NAME)
+        deadline = time.monotonic() + 10
+        while any(ref() is not None for ref in models):
+            assert time.monotonic() < deadline, "a removed plugin's run state is still alive"
+            gc.collect()
+            time.sleep(0.05)

@@ -187,6 +187,10 @@ def _leftovers(cluster: LocalCluster) -> dict[str, dict]:
     return left
 
 
+# How long a fit's clean-up may leave the scheduler's release of its keys in flight.
+RUN_END_CLEANUP_S = 10.0
+
+
 def _wait_until_clean(cluster: LocalCluster, timeout: float) -> dict[str, dict]:
     deadline = time.monotonic() + timeout
     while (left := _leftovers(cluster)) and time.monotonic() < deadline:
@@ -216,7 +220,7 @@ def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, disk):
         assert data.endswith(b"\n")
         assert read_events(log, strict=True)  # every line parses
         assert 0 < _rounds(log) < 32
-        assert _wait_until_clean(cluster, 10) == {}
+        assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
 
 
 def test_a_fit_whose_run_log_is_under_a_file_fails_before_training(cluster, tmp_path):
@@ -232,37 +236,51 @@ def test_a_fit_whose_run_log_is_under_a_file_fails_before_training(cluster, tmp_
 # ----------------------------------------------------------------------------------
 # Leaks when a broadcast is interrupted or the driver dies
 # ----------------------------------------------------------------------------------
-class OnNextScatter(WorkerPlugin):
-    """Once armed, calls ``action`` when the next scattered key lands in the worker's
-    memory: before the worker has answered, so the driver has not yet told the scheduler.
+class OnNextTransition(WorkerPlugin):
+    """Once armed, calls ``action`` when the next key makes the transition ``start`` (any if
+    None) to ``finish`` on the worker, and records which runs the worker held just then.
 
-    Scatter is the only way a key goes from released straight to memory on a worker.
+    ``released -> memory`` is a scattered key landing (the only way a key goes from released
+    straight to memory), before the worker has answered, so the driver has not yet told the
+    scheduler; ``-> executing`` of a ``round_task`` key is a round starting.
     """
 
-    def __init__(self, action) -> None:
+    def __init__(self, action, start="released", finish="memory", key_prefix="") -> None:
         self.action = action
+        self.start, self.finish, self.key_prefix = start, finish, key_prefix
         self.armed = threading.Event()
         self.fired = threading.Event()
+        self.held: list[str] = []
+        self.worker = None
+
+    def setup(self, worker) -> None:
+        self.worker = worker
 
     def transition(self, key, start, finish, **kwargs) -> None:
-        if (start, finish) == ("released", "memory") and self.armed.is_set():
-            if not self.fired.is_set():
-                self.fired.set()
-                self.action()
+        if not self.armed.is_set() or self.fired.is_set() or finish != self.finish:
+            return
+        if self.start is not None and start != self.start:
+            return
+        if str(key).startswith(self.key_prefix):
+            from hmdspt.parallel.worker import run_ids_held
+
+            self.fired.set()
+            self.held = run_ids_held(self.worker)
+            self.action()
 
 
-def _arm_on_every_worker(cluster: LocalCluster, action) -> list[OnNextScatter]:
+def _arm_on_every_worker(cluster: LocalCluster, action, **when) -> list[OnNextTransition]:
     plugins = []
     for worker in cluster.workers.values():
-        plugin = OnNextScatter(action)
-        cluster.sync(worker.plugin_add, plugin=plugin, name="test-on-next-scatter")
+        plugin = OnNextTransition(action, **when)
+        cluster.sync(worker.plugin_add, plugin=plugin, name="test-on-next-transition")
         plugins.append(plugin)
     return plugins
 
 
 def _disarm(cluster: LocalCluster) -> None:
     for worker in cluster.workers.values():
-        cluster.sync(worker.plugin_remove, name="test-on-next-scatter")
+        cluster.sync(worker.plugin_remove, name="test-on-next-transition")
 
 
 def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(cluster, tmp_path):
@@ -281,15 +299,30 @@ def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(cluster, tmp
             with pytest.raises(KeyboardInterrupt):
                 trainer.fit(X, Y, max_epochs=10**6)
             assert any(p.fired.is_set() for p in plugins)
-            assert _wait_until_clean(cluster, 10) == {}
+            assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
     finally:
         _disarm(cluster)
     assert [e["status"] for e in _run_end(log)] == ["stopped"]
 
 
-@pytest.mark.parametrize("during", ["broadcast", "staging"])
-def test_a_driver_killed_as_a_scatter_lands_leaves_no_run_state_or_keys(tmp_path, during):
-    """Killed as a scatter lands: of ``w_t`` after round 2, or of the first shard."""
+# How long the workers may take to forget a SIGKILLed driver's run: the scheduler sees the
+# driver's connection close (the kernel closes a killed process's sockets), then has every
+# worker end the driver's runs. A bound for a loaded machine, not a measure of speed.
+DRIVER_GONE_CLEANUP_S = 30.0
+
+#: When the driver is killed: what lands or starts on the workers just then.
+KILL_POINTS = {
+    "staging": dict(start="released", finish="memory"),  # its first shard lands
+    "broadcast": dict(start="released", finish="memory"),  # w_t lands, after round 2
+    "round": dict(start=None, finish="executing", key_prefix="round_task"),  # after round 2
+}
+
+
+@pytest.mark.parametrize("during", list(KILL_POINTS))
+def test_a_killed_driver_leaves_no_run_state_or_keys_on_the_workers(tmp_path, during):
+    """SIGKILLed mid-fit: as its first shard lands, as ``w_t`` lands after round 2, or as
+    a round starts after round 2 (its state on the workers then); within
+    ``DRIVER_GONE_CLEANUP_S`` the workers hold nothing of the run."""
     with LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -310,8 +343,10 @@ def test_a_driver_killed_as_a_scatter_lands_leaves_no_run_state_or_keys(tmp_path
             text=True,
         )
         try:
-            plugins = _arm_on_every_worker(cluster, lambda: os.kill(proc.pid, signal.SIGKILL))
-            if during == "broadcast":
+            plugins = _arm_on_every_worker(
+                cluster, lambda: os.kill(proc.pid, signal.SIGKILL), **KILL_POINTS[during]
+            )
+            if during != "staging":
                 _wait_for_rounds(log, 2, proc)
             for plugin in plugins:
                 plugin.armed.set()
@@ -320,5 +355,30 @@ def test_a_driver_killed_as_a_scatter_lands_leaves_no_run_state_or_keys(tmp_path
             proc.kill()
             proc.wait()
         assert proc.returncode == -signal.SIGKILL
-        assert any(p.fired.is_set() for p in plugins)
-        assert _wait_until_clean(cluster, 30) == {}
+        fired = [p for p in plugins if p.fired.is_set()]
+        assert fired
+        (run_id,) = {e["run_id"] for e in read_events(log)}
+        if during != "staging":  # the run's state was on the worker when its driver died
+            assert all(p.held == [run_id] for p in fired), [p.held for p in fired]
+        assert _wait_until_clean(cluster, DRIVER_GONE_CLEANUP_S) == {}
+
+
+def test_a_fit_that_fails_leaves_no_run_state_or_keys_on_the_workers(cluster, tmp_path):
+    X, Y = _data(8000)
+    log = tmp_path / "fit.jsonl"
+    held_at_failure = []
+
+    def fail_after_round_two(record) -> None:
+        if record.round >= 2:
+            held_at_failure.append(_leftovers(cluster))
+            raise RuntimeError("a failure inside the fit")
+
+    with Client(cluster) as client:
+        trainer = _trainer(client, run_log=str(log))
+        with pytest.raises(RuntimeError, match="a failure inside the fit"):
+            trainer.fit(X, Y, max_epochs=10**6, on_round=fail_after_round_two)
+        (at_failure,) = held_at_failure
+        assert sorted(at_failure) == sorted(cluster.workers), at_failure
+        assert all(w["runs"] == [trainer.run_id] for w in at_failure.values()), at_failure
+        assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
+    assert [e["status"] for e in _run_end(log)] == ["failed"]

@@ -217,8 +217,8 @@ def test_in_process_workers_keep_their_own_round_state_and_memory(data, tmp_path
 
 def test_the_memory_lives_on_the_workers_plugin_and_ends_with_the_worker(data, tmp_path):
     # One interpreter, two in-process workers: each holds its own memory on its own
-    # RunStatePlugin, and a closed worker's memory goes with it (no module-level table).
-    from hmdspt.parallel.worker import RUN_STATE_PLUGIN_NAME
+    # HMDSPTWorkerPlugin, and a closed worker's memory goes with it (no module-level table).
+    from hmdspt.parallel.worker import WORKER_PLUGIN_NAME
 
     with (
         LocalCluster(
@@ -227,9 +227,9 @@ def test_the_memory_lives_on_the_workers_plugin_and_ends_with_the_worker(data, t
         Client(cluster) as c,
     ):
         _fit(c, data, tmp_path / "fit.jsonl", epochs=2)
-        held = c.run(lambda dask_worker: len(dask_worker.plugins[RUN_STATE_PLUGIN_NAME].speeds))
+        held = c.run(lambda dask_worker: len(dask_worker.plugins[WORKER_PLUGIN_NAME].speeds))
         assert set(held.values()) == {1}, held
         workers = list(cluster.workers.values())
-        plugins = [w.plugins[RUN_STATE_PLUGIN_NAME] for w in workers]
+        plugins = [w.plugins[WORKER_PLUGIN_NAME] for w in workers]
         assert plugins[0] is not plugins[1]
     assert [len(p.speeds) for p in plugins] == [0, 0]  # torn down with the workers

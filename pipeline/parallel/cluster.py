@@ -2,10 +2,11 @@
 
 :func:`local_cluster` starts a real ``distributed.LocalCluster`` with one worker process
 per requested speed; each worker emulates its relative speed with a duty-cycle throttle
-(:class:`hmdspt.parallel.worker.SlowdownPlugin`). Workers are named neutrally
-(``worker-0``, ``worker-1``, ...): the scorer must measure speeds, never read them. The
-emulation is recorded in the cluster's ``emulation`` attribute and shown in its repr, so
-that every result computed on it can be labelled as emulated.
+(the slowdown held by its :class:`hmdspt.parallel.worker.HMDSPTWorkerPlugin`, which the
+scheduler gives every worker). Workers are named neutrally (``worker-0``, ``worker-1``,
+...): the scorer must measure speeds, never read them. The emulation is recorded in the
+cluster's ``emulation`` attribute and shown in its repr, so that every result computed on
+it can be labelled as emulated.
 
 :func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
 nothing) into a ``distributed.Client``. Pools of batch jobs on a shared cluster (SLURM, PBS,
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from distributed import Client, LocalCluster
+from distributed.protocol.pickle import dumps
 from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
-from hmdspt.parallel.worker import SlowdownPlugin
+from hmdspt.parallel.worker import HMDSPTWorkerPlugin
 
 __all__ = ["Emulation", "EmulatedLocalCluster", "connect", "local_cluster"]
 
@@ -67,7 +69,8 @@ class EmulatedLocalCluster(LocalCluster):
     emulation: Emulation | None = None
 
     def _new_worker_name(self, worker_number: int) -> str:
-        # Workers added later by ``scale`` are named alike (and run unthrottled).
+        # Workers added later by ``scale`` are named alike (and run unthrottled: the
+        # emulation gives no slowdown to their names).
         return f"worker-{worker_number}"
 
     def __repr__(self) -> str:
@@ -123,7 +126,8 @@ def local_cluster(
     memory_limit : str, float or None, default="auto"
         Per worker; "auto" shares the machine's memory equally among the workers.
     blas_threads : int or None, default=1
-        BLAS threads per worker process (see :class:`~hmdspt.parallel.worker.SlowdownPlugin`).
+        BLAS threads per worker process (see
+        :class:`~hmdspt.parallel.worker.HMDSPTWorkerPlugin`).
     timeout : float, default=60.0
         Seconds to wait for all workers to start.
     **kwargs
@@ -134,7 +138,8 @@ def local_cluster(
     cluster : EmulatedLocalCluster
         Started, with all workers connected. Use it as a context manager or ``close()`` it.
         Workers are named ``worker-0``, ``worker-1``, ... in the order of ``speeds``;
-        ``cluster.emulation`` records the emulated speeds.
+        ``cluster.emulation`` records the emulated speeds. A worker that restarts gets its
+        slowdown back; one added later (``cluster.scale``) runs at full speed.
 
     Raises
     ------
@@ -164,8 +169,10 @@ def local_cluster(
         scheduler_kwargs.setdefault("dashboard_address", ":0")
         kwargs["scheduler_kwargs"] = scheduler_kwargs
 
-    # Start with no worker, then add one spec per worker: each carries its own plugin, set
-    # up inside the worker before it accepts any task, so nothing ever runs unthrottled.
+    # Start with no worker, give the scheduler the workers' plugin (slowdowns by worker name),
+    # then start the workers: each sets the plugin up as it registers, before it handles
+    # any task, so nothing ever runs unthrottled; one that joins or restarts later gets it
+    # too, and a fit's idempotent registration of the plugin is then a no-op.
     cluster = EmulatedLocalCluster(
         n_workers=0,
         threads_per_worker=threads_per_worker,
@@ -177,11 +184,13 @@ def local_cluster(
     )
     try:
         cluster.emulation = Emulation(dict(zip(names, speeds)), slowdowns)
-        template = cluster.new_spec
-        for name in names:
-            options = dict(template["options"])
-            options["plugins"] = [SlowdownPlugin(slowdowns[name], blas_threads=blas_threads)]
-            cluster.worker_spec[name] = {"cls": template["cls"], "options": options}
+        plugin = HMDSPTWorkerPlugin(slowdowns, blas_threads=blas_threads)
+        cluster.sync(
+            cluster.scheduler_comm.register_worker_plugin,
+            plugin=dumps(plugin),
+            name=plugin.name,
+            idempotent=False,
+        )
         cluster.scale(n)
         cluster.wait_for_workers(n, timeout=timeout)
     except BaseException:

@@ -1,12 +1,14 @@
 """What a fit sets up on the cluster and takes down when it ends, whatever ends it.
 
-A fit keeps state on the workers between rounds (:class:`hmdspt.parallel.worker.RunStatePlugin`)
-and scatters ``w_t`` to them under keys named after the run
-(:func:`hmdspt.parallel.worker.run_key`). The trainer drops both at its clean-up
-(:func:`close_run`). A driver that dies has no clean-up, so the scheduler does it:
-:class:`RunOwnersPlugin` knows which client owns which run and, when that client
-disconnects, has every worker end its runs (:func:`hmdspt.parallel.worker.drop_runs`).
-:func:`open_run` registers both plugins (idempotently) at the start of every fit.
+A fit keeps state on the workers between rounds (on their
+:class:`hmdspt.parallel.worker.HMDSPTWorkerPlugin`) and scatters ``w_t`` to them under keys
+named after the run (:func:`hmdspt.parallel.worker.run_key`). The trainer drops both at its
+clean-up (:func:`close_run`), whether the fit completed, stopped or failed. A driver that
+dies has no clean-up, so the scheduler does it: :class:`RunOwnersPlugin` knows which client
+owns which run and, when that client disconnects, has every worker end its runs
+(:func:`hmdspt.parallel.worker.drop_runs`). :func:`open_run` registers both plugins
+(idempotently) at the start of every fit: a cluster that has them keeps them as they are
+(see :class:`~hmdspt.parallel.worker.HMDSPTWorkerPlugin`).
 
 :func:`deferred_interrupts` holds Ctrl-C back while the trainer writes ``run_end`` and
 cleans up, so a second interrupt cannot cut that short.
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import SchedulerPlugin
 from distributed.protocol.pickle import dumps
 
-from hmdspt.parallel.worker import RunStatePlugin, drop_run_state, drop_runs
+from hmdspt.parallel.worker import HMDSPTWorkerPlugin, drop_run_state, drop_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Scheduler
@@ -116,7 +118,8 @@ def open_run(client: Client, run_id: str) -> bool:
         :class:`RunOwnersPlugin` (e.g. it cannot import ``pipeline``): the fit goes on,
         but a driver that dies then leaves its run state on the workers.
     """
-    client.register_plugin(RunStatePlugin())  # the workers need pipeline anyway
+    # No slowdown given: a worker keeps the one it has. The workers need hmdspt anyway.
+    client.register_plugin(HMDSPTWorkerPlugin())
     try:
         client.register_plugin(RunOwnersPlugin())
         return bool(client.run_on_scheduler(_note_owner, run_id, client.id))

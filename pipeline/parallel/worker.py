@@ -12,20 +12,22 @@ Thread CPU time, not wall time: on a shared machine contention stretches a chunk
 time, and sleeping in proportion to it would slow the already slowed workers a second time
 (4:2:1 measured as ~5.7:2.2:1 that way, ~4.25:1.9:1 with CPU time).
 
-The slowdown ``k`` of a worker lives on its :class:`SlowdownPlugin` instance (in-process
+The slowdown ``k`` of a worker lives on its :class:`HMDSPTWorkerPlugin` (in-process
 workers sharing one interpreter each have their own), set up with the worker and gone with
 it; :func:`set_slowdown` changes it on a running worker, and compute code applies it by
-wrapping each chunk in :func:`throttled`. Code that
-measures speed (the scorer) never reads it: it only sees rows and seconds.
+wrapping each chunk in :func:`throttled`. Code that measures speed (the scorer) never reads
+it: it only sees rows and seconds. The same plugin holds the runs' state between rounds and
+the speeds the worker remembers (see :class:`HMDSPTWorkerPlugin`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from distributed import WorkerPlugin, get_worker
 from distributed.utils import sync
+from distributed.worker import WORKER_ANY_RUNNING
 from distributed.worker_state_machine import FreeKeysEvent
 
 from hmdspt.core.merge import ErrorFeedback, compress
@@ -43,10 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
 
 __all__ = [
-    "RUN_STATE_PLUGIN_NAME",
-    "SLOWDOWN_PLUGIN_NAME",
-    "RunStatePlugin",
-    "SlowdownPlugin",
+    "WORKER_PLUGIN_NAME",
+    "HMDSPTWorkerPlugin",
     "ThrottleRecord",
     "current_slowdown",
     "get_slowdowns",
@@ -64,8 +65,6 @@ __all__ = [
     "throttled",
 ]
 
-SLOWDOWN_PLUGIN_NAME = "hmdspt-slowdown"
-
 
 def _check_slowdown(k: float) -> float:
     try:
@@ -77,47 +76,8 @@ def _check_slowdown(k: float) -> float:
     return k
 
 
-class SlowdownPlugin(WorkerPlugin):
-    """Worker plugin that makes a worker emulate a slower machine.
-
-    Parameters
-    ----------
-    slowdown : float, default=1.0
-        Factor ``k >= 1``: the worker sleeps ``(k - 1)`` times the thread CPU time of every
-        compute chunk run under :func:`throttled`, so it computes ``1/k`` as fast.
-    blas_threads : int or None, default=1
-        BLAS/OpenMP threads allowed in the worker's process, set with
-        ``threadpoolctl.threadpool_limits`` at setup. Several workers on few cores with
-        multi-threaded BLAS oversubscribe the machine (docs/design.md, "Heterogeneity on
-        one machine").
-        ``distributed.nanny.pre-spawn-environ`` already exports ``OMP_NUM_THREADS=1`` etc.
-        to worker processes by default; this also covers a changed config. ``None`` leaves
-        the process alone. Note that the limit is process-wide: for in-process workers it
-        also limits the client's process.
-
-    Notes
-    -----
-    Give each worker its own instance (``plugins={SlowdownPlugin(k)}`` in the worker's
-    options, as :func:`hmdspt.parallel.cluster.local_cluster` does), or register one instance with
-    ``Client.register_plugin`` to slow down every worker alike.
-    """
-
-    name = SLOWDOWN_PLUGIN_NAME
-    idempotent = False
-
-    def __init__(self, slowdown: float = 1.0, blas_threads: int | None = 1) -> None:
-        self.slowdown = _check_slowdown(slowdown)
-        self.blas_threads = blas_threads
-
-    def setup(self, worker: Worker) -> None:
-        if self.blas_threads is not None:
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(limits=int(self.blas_threads))
-
-
 def _slowdown_of(worker: Worker) -> float:
-    plugin = worker.plugins.get(SLOWDOWN_PLUGIN_NAME)
+    plugin = worker.plugins.get(WORKER_PLUGIN_NAME)
     return 1.0 if plugin is None else plugin.slowdown
 
 
@@ -154,7 +114,7 @@ def throttled(slowdown: float | None = None) -> Iterator[ThrottleRecord]:
     ----------
     slowdown : float, optional
         Factor ``k`` to apply; by default the running worker's (see
-        :class:`SlowdownPlugin`), read when the chunk ends so that :func:`set_slowdown`
+        :class:`HMDSPTWorkerPlugin`), read when the chunk ends so that :func:`set_slowdown`
         takes effect at the next chunk.
 
     Yields
@@ -181,11 +141,8 @@ def throttled(slowdown: float | None = None) -> Iterator[ThrottleRecord]:
 
 # ------------------------------------------------------------------ client-side helpers
 def _set_slowdown_here(k: float, dask_worker: Worker) -> float:
-    plugin = dask_worker.plugins.get(SLOWDOWN_PLUGIN_NAME)
-    if plugin is None:  # a worker started without one: give it one, BLAS left alone
-        plugin = SlowdownPlugin(k, blas_threads=None)
-        dask_worker.plugins[SLOWDOWN_PLUGIN_NAME] = plugin
-    plugin.slowdown = k
+    # A worker started without the plugin gets one (BLAS left alone).
+    _worker_plugin(dask_worker, create=True).slowdown = k
     return k
 
 
@@ -208,7 +165,8 @@ def set_slowdown(client: Client, worker_address: str, slowdown: float) -> None:
     Notes
     -----
     Runs on the worker's event loop (``Client.run``), so it takes effect even while a
-    task is computing. A worker that restarts gets its plugin's original factor back.
+    task is computing. A worker that restarts gets the factor its plugin was given for it
+    back (1 if none).
     """
     k = _check_slowdown(slowdown)
     client.run(_set_slowdown_here, k, workers=[worker_address])
@@ -505,7 +463,7 @@ def probe_task(
 # over whole rounds of real rows, so repeated fits on one cluster (a grid search, a
 # comparison, a refit) reuse that measurement instead of probing again; the online
 # scores of the new fit correct it from its first round, as they correct a probe.
-# Held by the worker's RunStatePlugin (RunStatePlugin.speeds, keyed by speed_key()), so it
+# Held by the worker's HMDSPTWorkerPlugin (its ``speeds``, keyed by speed_key()), so it
 # lives and dies with the worker.
 
 # Least busy seconds of regular rounds a fit must have spent on a worker before its speed
@@ -538,7 +496,7 @@ def _remember_speed(spec: RoundSpec, rows: int, busy_s: float) -> None:
     key = speed_key(
         spec.layer_sizes, spec.batch_size, spec.dtype, spec.hidden_activation, spec.out_activation
     )
-    entry = _run_plugin(get_worker(), create=True).speeds.setdefault(key, {})
+    entry = _worker_plugin(get_worker(), create=True).speeds.setdefault(key, {})
     if entry.get("run_id") != spec.run_id:  # a new fit: start its own total
         entry.update(run_id=spec.run_id, rows=0, busy_s=0.0)
     entry["rows"] += rows
@@ -570,7 +528,7 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
         ``speed`` (rows per busy second over the fit), ``busy_s`` (what it was measured
         over), ``run_id`` of that fit and ``age_s``; None when there is none young enough.
     """
-    plugin = _run_plugin(dask_worker)
+    plugin = _worker_plugin(dask_worker)
     entry = None if plugin is None else plugin.speeds.get(tuple(key))
     memory = None if entry is None else entry.get("remembered")
     if memory is None:
@@ -583,7 +541,7 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
 
 def forget_speeds(dask_worker: Worker) -> int:
     """Forget every speed this worker remembers (call through ``client.run``)."""
-    plugin = _run_plugin(dask_worker)
+    plugin = _worker_plugin(dask_worker)
     if plugin is None:
         return 0
     n = len(plugin.speeds)
@@ -596,13 +554,13 @@ def forget_speeds(dask_worker: Worker) -> int:
 # ----------------------------------------------------------------------------------
 # Per-run state kept on a worker between rounds: the model object (its work buffers), the
 # local optimizer (its moments), the error-feedback residual and the chunk size. It lives
-# on the worker's RunStatePlugin, keyed by run id, and goes when the run ends: at the
+# on the worker's HMDSPTWorkerPlugin, keyed by run id, and goes when the run ends: at the
 # trainer's clean-up (drop_run_state), or when the scheduler sees the run's driver
 # disconnect (hmdspt.parallel.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
 # dies leaves nothing behind. Data of a run (the broadcast w_t) is scattered under keys
 # named by run_key, so that the worker can drop a run's keys too, including those of a
 # scatter interrupted before the scheduler learnt of them, which nothing else would free.
-RUN_STATE_PLUGIN_NAME = "hmdspt-run-state"
+WORKER_PLUGIN_NAME = "hmdspt"
 RUN_KEY_PREFIX = "hmdspt/"
 
 # Task states in which a task still needs its inputs in memory.
@@ -636,27 +594,100 @@ class _Run:
     state: dict[str, Any] | None = None
 
 
-class RunStatePlugin(WorkerPlugin):
-    """Worker plugin holding the per-run state of HMDSPT fits, by run id.
+@dataclass
+class _Handover:
+    """What a plugin removed from a running worker leaves to its same-named successor."""
 
-    A run is held from the first of its keys to land on the worker (which names its
-    owner, see :func:`run_key`) or its first round task, until it ends
-    (:meth:`end_runs`). Ending a run drops its state and frees its keys in the worker's
-    memory; a key of an ended run that lands later (the tail of an interrupted
-    broadcast) is freed as it lands. Freeing goes through the worker's state machine, so
-    the worker tells the scheduler, which forgets the key if it knew it.
+    slowdown: float
+    runs: dict[str, _Run]
+    ended: dict[str, None]
+    speeds: dict[tuple, dict[str, Any]]
 
-    Registered idempotently by every fit (:func:`hmdspt.parallel.lifecycle.open_run`). It
-    also holds the speeds the worker remembers from its fits (``speeds``, by
-    :func:`speed_key`), which outlive a run but not the worker.
+
+# Attribute of the worker under which a removed plugin leaves its _Handover.
+_HANDOVER_ATTR = "_hmdspt_handover"
+
+
+class HMDSPTWorkerPlugin(WorkerPlugin):
+    """The one HMDSPT plugin of a worker: its emulation, its runs' state, its speeds.
+
+    It holds
+
+    - the emulated slowdown ``k`` of the worker (``slowdown``, applied by :func:`throttled`,
+      changed by :func:`set_slowdown`) and the BLAS thread limit, set at setup;
+    - the per-run state of HMDSPT fits, by run id (``runs``). A run is held from the first
+      of its keys to land on the worker (which names its owner, see :func:`run_key`) or its
+      first round task, until it ends (:meth:`end_runs`: at the fit's clean-up, or when
+      its driver's client disconnects, see :mod:`hmdspt.parallel.lifecycle`). Ending a run
+      drops its state and frees its keys in the worker's memory; a key of an ended run that
+      lands later (the tail of an interrupted broadcast) is freed as it lands, for the last
+      ``max_ended`` ended runs (``ended``). Freeing goes through the worker's state machine,
+      so the worker tells the scheduler, which forgets the key if it knew it;
+    - the speeds the worker remembers from its fits (``speeds``, by :func:`speed_key`),
+      which outlive a run but not the worker.
+
+    Everything goes with the worker (:meth:`teardown`).
+
+    Parameters
+    ----------
+    slowdowns : float, mapping of worker name to float, or None, default=None
+        Emulated slowdown ``k >= 1``: one for every worker, or by worker name (a worker
+        whose name is missing runs at ``k = 1``). The worker sleeps ``(k - 1)`` times the
+        thread CPU time of every compute chunk run under :func:`throttled`, so it computes
+        ``1/k`` as fast. None (what a fit registers) sets no slowdown: the worker keeps the
+        one it has (see Notes), else 1.
+    blas_threads : int or None, default=None
+        BLAS/OpenMP threads allowed in the worker's process, set with
+        ``threadpoolctl.threadpool_limits`` at setup: several workers on few cores with
+        multi-threaded BLAS oversubscribe the machine (docs/design.md, "Heterogeneity on
+        one machine"). ``distributed.nanny.pre-spawn-environ`` already exports
+        ``OMP_NUM_THREADS=1`` etc. to worker processes by default; this also covers a
+        changed config. None leaves the process alone. The limit is process-wide: for
+        in-process workers it also limits the client's process.
+
+    Notes
+    -----
+    Register ONE instance on the scheduler (``Client.register_plugin``, as
+    :func:`hmdspt.parallel.cluster.local_cluster` does before its first worker starts),
+    with the slowdowns by worker name. Why:
+
+    - the scheduler keeps it and gives a copy to every worker that joins or restarts,
+      which picks its own slowdown from the mapping at setup, before it runs a task;
+    - every fit registers one too (``HMDSPTWorkerPlugin()``, idempotently,
+      :func:`hmdspt.parallel.lifecycle.open_run`) so that any cluster has it. Idempotent
+      means the scheduler skips it when it knows the name already: then nothing reaches
+      the workers, and no fit can replace the plugin under another run.
+
+    When the scheduler does not know it (a plugin given in the workers' options, as
+    ``Worker(plugins=...)``), a registration reaches every worker, and ``Worker.plugin_add``
+    removes a same-named plugin before setting up the new one. A plugin removed from a
+    running worker therefore hands its runs, ended ids, speeds and slowdown to its
+    successor, which keeps that slowdown unless it was given one for the worker; state
+    nothing takes over by the next turn of the worker's event loop (the plugin was
+    unregistered) is dropped.
     """
 
-    name = RUN_STATE_PLUGIN_NAME
+    name = WORKER_PLUGIN_NAME
     idempotent = True
     max_ended = 1024  # ended run ids remembered, to free keys that land after the end
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        slowdowns: float | Mapping[Any, float] | None = None,
+        blas_threads: int | None = None,
+    ) -> None:
+        if isinstance(slowdowns, Mapping):
+            slowdowns = {name: _check_slowdown(k) for name, k in slowdowns.items()}
+        elif slowdowns is not None:
+            slowdowns = _check_slowdown(slowdowns)
+        if blas_threads is not None and (
+            isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1
+        ):
+            raise ValueError(f"blas_threads must be an int >= 1 or None, got {blas_threads!r}")
+        self.slowdowns = slowdowns
+        self.blas_threads = blas_threads
         self.worker: Worker | None = None
+        self.slowdown = 1.0
         self.runs: dict[str, _Run] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
         self.speeds: dict[tuple, dict[str, Any]] = {}  # speed_key -> the latest fit's record
@@ -664,19 +695,44 @@ class RunStatePlugin(WorkerPlugin):
         self.lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {}  # registered empty; a lock does not pickle
+        # Only the configuration travels: a lock does not pickle, and state is per worker.
+        return {"slowdowns": self.slowdowns, "blas_threads": self.blas_threads}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__()
+        self.__init__(**state)
+
+    def _given_slowdown(self, worker: Worker) -> float | None:
+        if not isinstance(self.slowdowns, dict):
+            return self.slowdowns
+        for name in (worker.name, str(worker.name)):
+            if name in self.slowdowns:
+                return self.slowdowns[name]
+        return None
 
     def setup(self, worker: Worker) -> None:
         self.worker = worker
+        handover = worker.__dict__.pop(_HANDOVER_ATTR, None)
+        if handover is not None:
+            self.slowdown = handover.slowdown
+            self.runs, self.ended, self.speeds = handover.runs, handover.ended, handover.speeds
+        given = self._given_slowdown(worker)
+        if given is not None:
+            self.slowdown = given
+        if self.blas_threads is not None:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=self.blas_threads)
 
     def teardown(self, worker: Worker) -> None:
         with self.lock:
-            self.runs.clear()
-            self.ended.clear()
-            self.speeds.clear()
+            handover = _Handover(self.slowdown, self.runs, self.ended, self.speeds)
+            self.runs, self.ended, self.speeds = {}, {}, {}
+        if worker.status not in WORKER_ANY_RUNNING:
+            return  # the worker is closing: its memory goes with it
+        # Removed from a running worker: a same-named plugin is set up next, in the same turn
+        # of the event loop (Worker.plugin_add), and takes the state over.
+        setattr(worker, _HANDOVER_ATTR, handover)
+        worker.loop.add_callback(_drop_handover, worker, handover)
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         if finish != "memory":
@@ -747,19 +803,38 @@ def _run_of(key: object) -> str | None:
     return None if parsed is None else parsed[0]
 
 
-def _run_plugin(worker: Worker, create: bool = False) -> RunStatePlugin | None:
-    plugin = worker.plugins.get(RUN_STATE_PLUGIN_NAME)
+def _drop_handover(worker: Worker, handover: _Handover) -> None:
+    """Drop what a removed plugin left if no successor took it (it was unregistered)."""
+    if worker.__dict__.get(_HANDOVER_ATTR) is handover:
+        del worker.__dict__[_HANDOVER_ATTR]
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _worker_plugin(worker: Worker, create: bool = False) -> HMDSPTWorkerPlugin | None:
+    """The worker's :class:`HMDSPTWorkerPlugin`; with ``create``, one is added if it has
+    none (round tasks or ``set_slowdown`` used without a fit, which registers it)."""
+    plugin = worker.plugins.get(WORKER_PLUGIN_NAME)
     if plugin is None and create:
-        # round_task used without a Trainer, which registers the plugin at fit start.
-        # Added on the worker's event loop: plugins are iterated there.
-        sync(worker.loop, worker.plugin_add, plugin=RunStatePlugin(), name=RUN_STATE_PLUGIN_NAME)
-        plugin = worker.plugins[RUN_STATE_PLUGIN_NAME]
+        plugin = HMDSPTWorkerPlugin()
+        if _on_event_loop():  # ``client.run``: set up in place, as plugin_add does
+            worker.plugins[WORKER_PLUGIN_NAME] = plugin
+            plugin.setup(worker)
+        else:  # a task's thread: plugins are iterated on the event loop, add it there
+            sync(worker.loop, worker.plugin_add, plugin=plugin, name=WORKER_PLUGIN_NAME)
+        plugin = worker.plugins[WORKER_PLUGIN_NAME]
     return plugin
 
 
 def run_ids_held(dask_worker: Worker) -> list[str]:
     """Ids of the HMDSPT runs whose state or data this worker holds (``client.run``)."""
-    plugin = _run_plugin(dask_worker)
+    plugin = _worker_plugin(dask_worker)
     return [] if plugin is None else plugin.held()
 
 
@@ -781,7 +856,7 @@ def orphan_keys(dask_worker: Worker) -> list[str]:
 def drop_runs(run_ids: Sequence[str], owner: str | None, dask_worker: Worker) -> list[str]:
     """End the runs ``run_ids`` and those of client ``owner`` on this worker: drop their
     state and free their keys (``client.run`` or the scheduler's broadcast)."""
-    plugin = _run_plugin(dask_worker)
+    plugin = _worker_plugin(dask_worker)
     return [] if plugin is None else plugin.end_runs(run_ids, owner)
 
 
@@ -871,7 +946,7 @@ def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
 
 
 def _state_for(spec: RoundSpec) -> dict[str, Any]:
-    return _run_plugin(get_worker(), create=True).state_for(spec)
+    return _worker_plugin(get_worker(), create=True).state_for(spec)
 
 
 def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
