@@ -10,7 +10,7 @@ A worker emulating a machine ``k`` times slower than the fastest runs a duty cyc
 each compute chunk that used ``t`` seconds of its thread's CPU time it sleeps ``(k - 1) t``.
 Thread CPU time, not wall time: on a shared machine contention stretches a chunk's wall
 time, and sleeping in proportion to it would slow the already slowed workers a second time
-(4:2:1 measured as ~5.7:2.2:1 that way, ~4.25:1.9:1 with CPU time).
+(docs/design.md, "Heterogeneity on one machine").
 
 The slowdown ``k`` of a worker lives on its :class:`HMDSPTWorkerPlugin` (in-process
 workers sharing one interpreter each have their own), set up with the worker and gone with
@@ -190,9 +190,8 @@ def _synthetic_targets(rng: np.random.RandomState, n: int, n_out: int, out_activ
     return rng.standard_normal((n, n_out)).astype(np.float32)
 
 
-# Least thread-CPU seconds of a throttled compute chunk. Each sleep pays a wake-up latency
-# of its own; with chunks of a few milliseconds (16 batches of a small MLP) it showed as
-# the slow workers measuring ~15 % slower than 1/k. Tens of milliseconds keep it small.
+# Least thread-CPU seconds of a throttled compute chunk: each sleep pays a wake-up latency,
+# which chunks of a few milliseconds would add to the slow workers' 1/k.
 CHUNK_CPU_S = 0.05
 
 
@@ -351,9 +350,8 @@ def probe_task(
     Y = np.ascontiguousarray(Y, dtype=model.dtype)
     if Y.shape != (X.shape[0], n_out):
         raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
-    # Arrays that arrive through Dask's comms can be misaligned (measured: float32 rows at
-    # an odd address), and the row gather on them ran the probe 2.4x slower than training
-    # on staged shards, which are copied to aligned memory (see ``hmdspt.core.shard.Shard``).
+    # Arrays that arrive through Dask's comms can be misaligned, where the row gather is
+    # slower than on staged shards, which are aligned (``hmdspt.core.shard.Shard``).
     X = X if X.flags.aligned else X.copy()
     Y = Y if Y.flags.aligned else Y.copy()
 
@@ -376,8 +374,7 @@ def probe_task(
         )
     elif max_rows is not None:
         # A row budget that cannot hold ``min_chunks`` chunks would be overridden by the
-        # minimum (measured: 8 chunks of 16 batches made a 5 %-of-an-epoch budget 20 %),
-        # so the chunks shrink to fit it, but not below MIN_PROBE_CHUNK_CPU_S of compute:
+        # minimum, so the chunks shrink to fit it, but not below MIN_PROBE_CHUNK_CPU_S of compute:
         # shorter chunks measure the emulation's sleep latency rather than the worker.
         warm_cpu_per_batch = (time.thread_time() - cpu_start) / max(warmup_steps, 1)
         fit_budget = max_rows // (min_chunks * batch_size)
@@ -467,10 +464,7 @@ def probe_task(
 # lives and dies with the worker.
 
 # Least busy seconds of regular rounds a fit must have spent on a worker before its speed
-# is remembered: more compute than the adaptive probe times (0.15-0.2 s on the emulated
-# clusters), since the memory replaces it. Measured with 0.1 s and ramp rounds counted: a
-# memory from the 50-150 ms rounds of a 60k-row fit put one worker's speed 14 % too high
-# against the others', and the next fit's first 1.3 s round left the fastest idle 18 %.
+# is remembered: more compute than the probe it replaces times (docs/design.md, "Round loop").
 MIN_REMEMBERED_BUSY_S = 0.3
 
 
