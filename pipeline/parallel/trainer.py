@@ -832,6 +832,9 @@ class Trainer:
         ckpt = load_latest_checkpoint(self.config.checkpoint_dir)
         if ckpt is None:
             return 1
+        # Another model's file (an in-process fit's, another shape) is refused by its
+        # fingerprint before its fields are read: they may not be a cluster fit's.
+        check_fingerprint(ckpt.meta.get("fingerprint", {}), self.fingerprint())
         self.load_state_dict(checkpoint_to_state(ckpt))
         self.resumed_from = ckpt
         return self._start_epoch()
