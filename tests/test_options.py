@@ -181,7 +181,11 @@ def test_cli_flags_have_the_trainer_defaults_and_the_estimators_choices():
             choices = None if action.choices is None else set(action.choices)
             assert choices == _choices(constraints[action.dest]), (command, action.dest)
             assert f"(default: {action.default})" in action.help % vars(action)
-    assert {("train", "sync"), ("train", "partition"), ("train", "rounds_per_epoch")} <= set(
-        mapped
-    )
+    assert {("train", "sync"), ("train", "partition"), ("train", "rounds_per_epoch")} <= set(mapped)
     assert ("compare", "rounds_per_epoch") in mapped
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+def test_the_docstring_lists_every_trainer_option(Estimator):
+    doc = Estimator.__doc__.split("trainer_options : dict")[1].split("Attributes")[0]
+    assert [name for name in _trainer_options() if f"``{name}``" not in doc] == []
