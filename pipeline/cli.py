@@ -522,9 +522,16 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dataclasses import fields
+
     from hmdspt import __version__
     from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
+    from hmdspt.parallel.trainer import TrainerConfig
+
+    # The round loop's options: TrainerConfig's defaults, the registries' choices, as the
+    # estimator's (tests/test_options.py compares them).
+    trainer_default = {f.name: f.default for f in fields(TrainerConfig)}
 
     parser = argparse.ArgumentParser(
         prog="hmdspt",
@@ -559,11 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="hidden layer sizes (default: 128,64)",
     )
     train.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
-    # Defaults: the estimator's (tests/test_cli_conventions.py compares them).
     train.add_argument(
         "--sync",
         choices=tuple(SYNC_STRATEGIES),
-        default="hmdspt",
+        default=trainer_default["sync"],
         help="synchronisation: hmdspt (step-normalised delta merge with block momentum), "
         "local (plain delta averaging) or bsp (one merged gradient step per global "
         "mini-batch) (default: %(default)s)",
@@ -571,13 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--partition",
         choices=tuple(PARTITION_POLICIES),
-        default="proportional",
+        default=trainer_default["partition"],
         help="rows per worker: proportional to its measured speed, or equal (default: %(default)s)",
     )
     train.add_argument(
         "--rounds-per-epoch",
         type=_positive_int,
-        default=4,
+        default=trainer_default["rounds_per_epoch"],
         help="synchronisation rounds an epoch is split into; ignored by --sync bsp "
         "(default: %(default)s)",
     )
@@ -632,7 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--rounds-per-epoch",
         type=_positive_int,
-        default=4,
+        default=trainer_default["rounds_per_epoch"],
         help="synchronisation rounds an epoch is split into, for the strategies that merge "
         "deltas (hmdspt, local) (default: %(default)s)",
     )
