@@ -138,28 +138,27 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
 
 
 # ------------------------------------------------------ one reading rule (issue 16, point 7)
-def _bad_npz(name: str, path) -> int | None:
-    """Write the bad ``.npz`` file ``name`` to ``path``; its row count when it has rows."""
+def _bad_npz(name: str, path) -> None:
+    """Write the bad ``.npz`` file ``name`` to ``path``."""
     import numpy as np
 
     rng = np.random.RandomState(0)
     if name == "garbage":
         path.write_bytes(rng.randint(0, 256, 400).astype(np.uint8).tobytes())
-        return None
+        return
     arrays = {
         "mismatch": dict(X=rng.rand(60, 3), y=np.arange(59) % 2),
         "text": dict(X=np.full((60, 3), "a"), y=np.arange(60) % 2),
         "no_arrays": dict(features=rng.rand(60, 3)),
         "scalar": dict(X=np.float64(1.0), y=np.arange(3)),
         "empty": dict(X=np.empty((0, 3)), y=np.empty(0)),
-        "nan": dict(X=np.where(rng.rand(60, 3) > 0.9, np.nan, 1.0), y=np.arange(60) % 2),
         "object_labels": dict(X=rng.rand(3, 2), y=np.array([{}, {}, {}], dtype=object)),
     }[name]
     np.savez(path, **arrays)
-    return int(np.shape(arrays["X"])[0]) if np.ndim(arrays.get("X", 0)) else None
 
 
-BAD_NPZ = ["garbage", "mismatch", "text", "no_arrays", "scalar", "empty", "nan", "object_labels"]
+# Not NaN features: staging keeps them (data/README.md), the CLI refuses them.
+BAD_NPZ = ["garbage", "mismatch", "text", "no_arrays", "scalar", "empty", "object_labels"]
 
 
 @pytest.mark.parametrize("name", BAD_NPZ)
@@ -170,17 +169,33 @@ def test_a_bad_npz_gives_the_same_error_line_from_the_cli_and_from_staging(
     from hmdspt.parallel.shards import stage
 
     path = tmp_path / f"{name}.npz"
-    n_rows = _bad_npz(name, path)
+    _bad_npz(name, path)
     code = main(["train", "--in-process", "--epochs", "1", "--data", str(path)])
     err = capsys.readouterr().err
     assert code == 1, err
     (line,) = err.strip().splitlines()
-    # One worker stages every row, so a worker's first bad value is the file's first too.
-    (first, *others) = client.scheduler_info()["workers"]
-    counts = {first: n_rows, **dict.fromkeys(others, 0)} if n_rows else None
     with pytest.raises(Exception) as raised:
-        stage(client, path, counts=counts)
+        stage(client, path)
     assert line == f"hmdspt: error: {raised.value}"
+
+
+def test_staging_keeps_nan_where_the_cli_refuses_it(client, tmp_path, capsys):
+    import numpy as np
+
+    from hmdspt.cli import main
+    from hmdspt.parallel.shards import stage
+
+    X = np.ones((60, 3))
+    X[[5, 9], [2, 0]] = np.nan, np.inf
+    np.savez(tmp_path / "nan.npz", X=X, y=np.arange(60) % 2)
+    code = main(["train", "--in-process", "--data", str(tmp_path / "nan.npz")])
+    assert code == 1
+    assert capsys.readouterr().err.endswith(
+        "nan.npz: X has NaN/infinite value(s), first a NaN at row 5, column 2; drop or impute "
+        "them first\n"
+    )
+    staged = stage(client, tmp_path / "nan.npz")
+    assert sum(np.isnan(f.result().X).sum() for f in staged.futures.values()) == 1
 
 
 def _frame(n_rows: int = 300):

@@ -1,10 +1,12 @@
 """Reading a worker's rows from a file (``.npz``, parquet, CSV) and the files' metadata.
 
 One reading rule for every data file: :data:`SUFFIX_READERS` maps a file's suffix to its
-reader, the metadata readers check what a fit needs (the label column or array, numeric
-features, X and y of the same length, rows), and the row readers refuse NaN and infinite
-features. :func:`~hmdspt.parallel.shards.stage` reads each worker's rows by it, and
-:func:`read_file` (the command line's ``--data``) all rows, so both give the same errors.
+reader, and the metadata readers check what a fit needs (the label column or array, numeric
+features, X and y of the same length, rows). :func:`~hmdspt.parallel.shards.stage` reads
+each worker's rows by it, and :func:`read_file` (the command line's ``--data``) all rows, so
+both give the same errors. One difference, on purpose: staging keeps NaN as it is (it moves
+values; data/README.md), where :func:`read_file`, whose rows are trained on at once, refuses
+NaN and infinite features naming the first.
 
 The worker-side readers (``_read_npz_shard``, ``_read_parquet_shard``, ``_read_csv_shard``)
 run as tasks on the workers, module level so that they pickle by reference: each opens the
@@ -50,6 +52,8 @@ _ACCEPTED = (*SUFFIX_READERS, "a directory of parquet files")
 _NPZ_CHUNK_BYTES = 16 * 2**20
 # Rows checked for NaN at a time (bounds the check's temporary memory).
 _FINITE_CHUNK_ROWS = 65_536
+# Rows of a CSV file parsed at a time by read_file (stage's csv_chunksize default).
+_CSV_CHUNK_ROWS = 65_536
 
 
 def reader_kind(path: str | os.PathLike) -> str:
@@ -103,8 +107,7 @@ def _check_numeric(kinds: Mapping[str, bool], where: str) -> None:
 def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str) -> None:
     """Refuse NaN or infinite features, naming the bad value of the lowest row id.
 
-    Read in chunks of rows, so the check's temporary memory stays small. A whole file's
-    read names its first bad value; a worker's shard, the first among its rows.
+    Checked in chunks of rows, so the check's temporary memory stays small.
     """
     if X.dtype.kind not in "fc":
         return
@@ -212,7 +215,6 @@ def _npz_shard(
     """Rows ``ids`` of an ``.npz`` file, in that order."""
     order, sorted_ids = _sorted_order(ids)
     X = _as_features(_npz_rows(path, x_key, sorted_ids, n_rows, order), dtype)
-    _check_finite(X, ids, path)
     y = None
     if y_key is not None:
         y = np.ascontiguousarray(_npz_rows(path, y_key, sorted_ids, n_rows, order))
@@ -259,7 +261,6 @@ def _shard_from_blocks(
         offset += block_rows
     if offset != n_rows or done != len(ids):
         raise ValueError(f"{source} changed since staging began: {offset} rows, not {n_rows}")
-    _check_finite(X, ids, source)
     y = _unsort(np.concatenate(y_parts), order) if target is not None else None
     return Shard(X=X, y=y, row_ids=ids)
 
@@ -546,9 +547,10 @@ def read_file(
     FileNotFoundError
         ``path`` does not exist.
     ValueError
-        With one line naming the problem: an unknown suffix, an unreadable or corrupted
-        file, a missing target column or array, X and y of different lengths, no rows,
-        NaN or infinite features (the first is named).
+        With one line naming the problem, as staging words it: an unknown suffix, an
+        unreadable or corrupted file, a missing target column or array, X and y of
+        different lengths, no rows; and, which staging lets through, NaN or infinite
+        features (the first is named).
     TypeError
         Non-numeric features.
     """
@@ -571,9 +573,12 @@ def read_file(
         with zipfile.ZipFile(path) as zf:
             keys = [n[: -len(".npy")] for n in zf.namelist() if n.endswith(".npy")]
         shard = _npz_shard(path, meta["x_key"], meta["y_key"], ids, n_rows, dtype)
-        return FileData(shard.X, shard.y, None, meta["x_key"], meta["y_key"], keys)
-    if kind == "parquet":
+        data = FileData(shard.X, shard.y, None, meta["x_key"], meta["y_key"], keys)
+    elif kind == "parquet":
         shard = _parquet_shard(meta["files"], meta["features"], target, ids, n_rows, dtype)
+        data = FileData(shard.X, shard.y, list(meta["features"]))
     else:
-        shard = _csv_shard(path, meta["features"], target, ids, n_rows, dtype, 65_536)
-    return FileData(shard.X, shard.y, list(meta["features"]))
+        shard = _csv_shard(path, meta["features"], target, ids, n_rows, dtype, _CSV_CHUNK_ROWS)
+        data = FileData(shard.X, shard.y, list(meta["features"]))
+    _check_finite(data.X, ids, path)
+    return data
