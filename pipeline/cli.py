@@ -139,14 +139,19 @@ def load_default_dataset(random_state: int = 0):
 
 
 def load_dataset(path: str, target: str | None, random_state: int = 0):
-    """Train/test arrays from ``.npz`` (X/y or X_train/y_train[/X_test/y_test]), parquet or CSV.
+    """Train/test arrays from a data file, read by :func:`hmdspt.parallel.readers.read_file`.
+
+    The file is read by the rule staging reads it with (its suffixes, column rules and
+    messages): an ``.npz`` file (the arrays of :data:`~hmdspt.parallel.readers.NPZ_KEY_PAIRS`;
+    with ``X_train``/``y_train`` and ``X_test``/``y_test`` its own test split), a parquet
+    file or folder, or a CSV file (optionally compressed, e.g. ``.csv.gz``).
 
     Parameters
     ----------
     path : str
         The data file.
     target : str or None
-        Label column of ``.parquet``/``.csv`` data (required for them).
+        Label column of parquet/CSV data (required for them).
     random_state : int, default=0
         Seed of the 80/20 train/test split (when the file holds no test split).
 
@@ -160,98 +165,39 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
         An unsupported file suffix, or no ``target`` for parquet/CSV data (checked before
         the file is opened: the command line is wrong whatever the file holds).
     CliError
-        With one line naming the problem: a missing, unreadable or corrupted file, a
-        ``target`` column the file does not have, non-numeric features, NaN/inf, no
-        rows, or X and y of different lengths. ``.npz`` files are read with
-        ``allow_pickle=False``.
+        With the reader's one line naming the problem: a missing, unreadable or corrupted
+        file, a ``target`` column the file does not have, non-numeric features, NaN/inf,
+        no rows, X and y of different lengths; or no labels, or too few rows to split.
     """
-    import zipfile
-    from pathlib import Path
-
-    import pandas as pd
     from sklearn.model_selection import train_test_split
 
-    def _one_line(exc: BaseException) -> str:
-        """The first line of an exception's message (some libraries write paragraphs)."""
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
+    from hmdspt.parallel.readers import read_file, reader_kind
 
-    def _checked(X: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
-        """Flatten ``X`` to 2-D and refuse what no fit could use, naming the problem."""
-        X, y = np.asarray(X), np.asarray(y)
-        if X.ndim == 0 or y.ndim == 0:
-            raise CliError(f"{where}: X and y must be arrays, not scalars")
-        if len(X) != len(y):
-            raise CliError(f"{where}: X has {len(X)} rows but y has {len(y)}")
-        if len(X) == 0:
-            raise CliError(f"{where} has no rows")
-        if X.dtype.kind not in "biuf":
-            raise CliError(f"{where}: X is not numeric (dtype {X.dtype}); encode it first")
-        X = X.reshape(len(X), -1)
-        bad = ~np.isfinite(X)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            kind = "NaN" if np.isnan(X[row, col]) else "infinite"
+    try:
+        kind = reader_kind(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if kind != "npz" and target is None:
+        raise UsageError(f"--target COLUMN is required for {kind} data")
+    try:
+        data = read_file(path, target)
+        test = None
+        if data.x_key == "X_train" and {"X_test", "y_test"} <= set(data.keys):
+            test = read_file(path, "y_test", x_key="X_test")
+    except (OSError, ValueError, TypeError) as exc:
+        lines = str(exc).strip().splitlines()
+        raise CliError(lines[0] if lines else type(exc).__name__) from None
+    if data.y is None:
+        raise CliError(f"{path} has no labels for {data.x_key} (arrays: {data.keys})")
+    if test is not None:
+        if test.X.shape[1] != data.X.shape[1]:
             raise CliError(
-                f"{where}: X has {int(bad.sum())} NaN/infinite value(s), first a {kind} at row "
-                f"{row}, column {col}; drop or impute them first"
+                f"{path}: X_test has {test.X.shape[1]} features but X_train has {data.X.shape[1]}"
             )
-        return X, y
-
-    source = Path(path)
-    suffix = source.suffix.lower()
-    if suffix not in (".npz", ".parquet", ".csv"):
-        raise UsageError(f"unsupported data format {suffix!r}: use .npz, .parquet or .csv")
-    if suffix != ".npz" and target is None:
-        raise UsageError(f"--target COLUMN is required for {suffix} data")
-    if not source.exists():
-        raise CliError(f"data file not found: {path}")
-    if not source.is_file():
-        raise CliError(f"cannot read {path}: not a file")
-    if suffix == ".npz":
-        if not zipfile.is_zipfile(source):
-            raise CliError(f"cannot read {path}: not a valid .npz file (corrupted or not a zip)")
-        try:
-            with np.load(source, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except Exception as exc:
-            raise CliError(f"cannot read {path} as .npz: {_one_line(exc)}") from None
-        keys = set(arrays)
-        if {"X_train", "y_train", "X_test", "y_test"} <= keys:
-            parts = [
-                _checked(arrays[xk], arrays[yk], f"{path} ({xk}/{yk})")
-                for xk, yk in (("X_train", "y_train"), ("X_test", "y_test"))
-            ]
-            return parts[0][0], parts[1][0], parts[0][1], parts[1][1]
-        xk, yk = ("X", "y") if {"X", "y"} <= keys else ("X_train", "y_train")
-        if not {xk, yk} <= keys:
-            raise CliError(f"{path} has no X/y or X_train/y_train arrays (has {sorted(keys)})")
-        X, y = _checked(arrays[xk], arrays[yk], path)
-    else:
-        try:
-            frame = pd.read_parquet(source) if suffix == ".parquet" else pd.read_csv(source)
-        except pd.errors.EmptyDataError:
-            raise CliError(f"{path} is empty (no columns, no rows)") from None
-        except UnicodeDecodeError:
-            raise CliError(f"cannot read {path}: not a text CSV file (corrupted?)") from None
-        except Exception as exc:
-            raise CliError(f"cannot read {path}: {_one_line(exc)}") from None
-        if target not in frame.columns:
-            columns = ", ".join(map(str, frame.columns))
-            raise CliError(f"--target column {target!r} not in {path}; columns: {columns}")
-        if frame.empty:
-            raise CliError(f"{path} has no rows")
-        y = frame.pop(target).to_numpy()
-        text = [str(c) for c, dt in frame.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
-        if text:
-            raise CliError(
-                f"non-numeric feature column(s) in {path}: {', '.join(text)}; "
-                "encode or drop them first"
-            )
-        X, y = _checked(frame.to_numpy(dtype=np.float32), y, path)
-    if len(X) < 2:
-        raise CliError(f"{path} has {len(X)} row(s): too few to split into train and test")
-    return train_test_split(X, y, test_size=0.2, random_state=random_state)
+        return data.X, test.X, data.y, test.y
+    if len(data.X) < 2:
+        raise CliError(f"{path} has {len(data.X)} row(s): too few to split into train and test")
+    return train_test_split(data.X, data.y, test_size=0.2, random_state=random_state)
 
 
 def _cluster_and_client(args: argparse.Namespace):
@@ -522,9 +468,22 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dataclasses import fields
+
     from hmdspt import __version__
     from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
+    from hmdspt.parallel.readers import SUFFIX_READERS
+    from hmdspt.parallel.trainer import TrainerConfig
+
+    # The round loop's options: TrainerConfig's defaults, the registries' choices, as the
+    # estimator's (tests/test_options.py compares them).
+    trainer_default = {f.name: f.default for f in fields(TrainerConfig)}
+    # --data: the file types staging reads (hmdspt.parallel.readers.SUFFIX_READERS).
+    data_help = (
+        f"data file: {', '.join(SUFFIX_READERS)} or a folder of parquet files "
+        "(default: the embedded data set)"
+    )
 
     parser = argparse.ArgumentParser(
         prog="hmdspt",
@@ -550,8 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a BPNNClassifier with HMDSPT and report it")
     cluster_options(train)
-    train.add_argument("--data", default=None, help=".npz, .parquet or .csv (default: embedded)")
-    train.add_argument("--target", default=None, help="label column of .parquet/.csv data")
+    train.add_argument("--data", default=None, help=data_help)
+    train.add_argument("--target", default=None, help="label column of parquet/CSV data")
     train.add_argument(
         "--hidden",
         type=_positive_int_tuple,
@@ -559,11 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="hidden layer sizes (default: 128,64)",
     )
     train.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
-    # Defaults: the estimator's (tests/test_cli_conventions.py compares them).
     train.add_argument(
         "--sync",
         choices=tuple(SYNC_STRATEGIES),
-        default="hmdspt",
+        default=trainer_default["sync"],
         help="synchronisation: hmdspt (step-normalised delta merge with block momentum), "
         "local (plain delta averaging) or bsp (one merged gradient step per global "
         "mini-batch) (default: %(default)s)",
@@ -571,13 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--partition",
         choices=tuple(PARTITION_POLICIES),
-        default="proportional",
+        default=trainer_default["partition"],
         help="rows per worker: proportional to its measured speed, or equal (default: %(default)s)",
     )
     train.add_argument(
         "--rounds-per-epoch",
         type=_positive_int,
-        default=4,
+        default=trainer_default["rounds_per_epoch"],
         help="synchronisation rounds an epoch is split into; ignored by --sync bsp "
         "(default: %(default)s)",
     )
@@ -620,8 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="HMDSPT against its baselines: table and chart")
     cluster_options(compare)
-    compare.add_argument("--data", default=None, help=".npz, .parquet or .csv (default: embedded)")
-    compare.add_argument("--target", default=None, help="label column of .parquet/.csv data")
+    compare.add_argument("--data", default=None, help=data_help)
+    compare.add_argument("--target", default=None, help="label column of parquet/CSV data")
     compare.add_argument(
         "--hidden",
         type=_positive_int_tuple,
@@ -632,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--rounds-per-epoch",
         type=_positive_int,
-        default=4,
+        default=trainer_default["rounds_per_epoch"],
         help="synchronisation rounds an epoch is split into, for the strategies that merge "
         "deltas (hmdspt, local) (default: %(default)s)",
     )

@@ -18,6 +18,7 @@ Differences from scikit-learn, on purpose:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
 import warnings
@@ -31,17 +32,65 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils._param_validation import (
+    Interval,
+    Options,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from hmdspt.core.checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
 from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
+from hmdspt.parallel.trainer import COMPRESSION_MODES, TrainerConfig
 
-__all__ = ["BPNNClassifier", "BPNNRegressor"]
+__all__ = ["TRAINER_OPTIONS", "BPNNClassifier", "BPNNRegressor"]
 
 _HIDDEN_ACTIVATIONS = {"identity", "logistic", "tanh", "relu"}
+
+#: TrainerConfig's defaults: the one source of the cluster parameters' defaults.
+_TRAINER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainerConfig)}
+
+#: TrainerConfig fields that are estimator parameters of their own (same name, same default).
+_TRAINER_PARAMETERS = (
+    "sync",
+    "partition",
+    "rounds_per_epoch",
+    "block_momentum",
+    "compression",
+    "run_log",
+    "max_seconds",
+    "checkpoint_dir",
+    "checkpoint_every",
+    "resume",
+)
+
+#: The rarely changed TrainerConfig fields, reached through ``trainer_options``, with their
+#: constraints (``TrainerConfig.validate`` then checks them together with the rest). The
+#: fields in neither list are the estimator's to fill: ``seed`` (from ``random_state``),
+#: ``emulation`` (from the client's cluster) and ``record_row_ids`` (an audit of the
+#: ``Trainer`` object, which the estimator does not expose).
+_TRAINER_OPTION_CONSTRAINTS: dict = {
+    "block_lr": [Interval(Real, 0, None, closed="neither")],
+    "normalize_steps": ["boolean"],
+    "topk": [Interval(Real, 0, 1, closed="right")],
+    "warm_start_rows": [Interval(Integral, 0, None, closed="left")],
+    "warm_start_epochs": [Interval(Integral, 0, None, closed="left")],
+    "ramp_rounds": [Interval(Integral, 0, None, closed="left")],
+    "ramp_first_round_s": [Interval(Real, 0, None, closed="neither")],
+    "max_ramp_rounds": [Interval(Integral, 0, None, closed="left")],
+    "probe_seconds": [None, Interval(Real, 0, None, closed="neither")],
+    "reuse_speeds_s": [Interval(Real, 0, None, closed="left")],
+    "rebalance_threshold": [Interval(Real, 0, None, closed="left")],
+    "min_rows": [Interval(Integral, 0, None, closed="left")],
+    "broadcast_timeout_s": [Interval(Real, 0, None, closed="neither")],
+    "eval_resolution": [Interval(Real, 0, None, closed="left")],
+}
+
+#: The keys ``trainer_options`` accepts, in TrainerConfig's order.
+TRAINER_OPTIONS = tuple(n for n in _TRAINER_DEFAULTS if n in _TRAINER_OPTION_CONSTRAINTS)
 
 
 def _is_dask_array(X) -> bool:
@@ -125,12 +174,13 @@ class _BaseBPNN(BaseEstimator):
         "sync": [StrOptions(SYNC_STRATEGIES.keys())],
         "rounds_per_epoch": [Interval(Integral, 1, None, closed="left")],
         "block_momentum": [Interval(Real, 0, 1, closed="left")],
-        "compression": [StrOptions({"none", "float16", "topk"})],
+        "compression": [StrOptions(set(COMPRESSION_MODES))],
         "run_log": [None, str, os.PathLike],
         "max_seconds": [None, Interval(Real, 0, None, closed="neither")],
         "checkpoint_dir": [None, str, os.PathLike],
         "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
         "resume": ["boolean"],
+        "trainer_options": [None, dict],
     }
 
     def __init__(
@@ -160,16 +210,17 @@ class _BaseBPNN(BaseEstimator):
         n_iter_no_change=10,
         dtype="float32",
         client=None,
-        partition="proportional",
-        sync="hmdspt",
-        rounds_per_epoch=4,
-        block_momentum=0.5,
-        compression="none",
-        run_log=None,
-        max_seconds=None,
-        checkpoint_dir=None,
-        checkpoint_every=1,
-        resume=False,
+        partition=_TRAINER_DEFAULTS["partition"],
+        sync=_TRAINER_DEFAULTS["sync"],
+        rounds_per_epoch=_TRAINER_DEFAULTS["rounds_per_epoch"],
+        block_momentum=_TRAINER_DEFAULTS["block_momentum"],
+        compression=_TRAINER_DEFAULTS["compression"],
+        run_log=_TRAINER_DEFAULTS["run_log"],
+        max_seconds=_TRAINER_DEFAULTS["max_seconds"],
+        checkpoint_dir=_TRAINER_DEFAULTS["checkpoint_dir"],
+        checkpoint_every=_TRAINER_DEFAULTS["checkpoint_every"],
+        resume=_TRAINER_DEFAULTS["resume"],
+        trainer_options=None,
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -205,6 +256,7 @@ class _BaseBPNN(BaseEstimator):
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
         self.resume = resume
+        self.trainer_options = trainer_options
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
@@ -226,6 +278,7 @@ class _BaseBPNN(BaseEstimator):
         state = dict(state)
         if "client" in state:
             state["client"] = None
+        state.setdefault("trainer_options", None)  # saved before the parameter existed
         super().__setstate__(state)
         if "_model" in self.__dict__:
             self._bind_fitted_views()
@@ -263,6 +316,8 @@ class _BaseBPNN(BaseEstimator):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
+        # Also in-process: a mistyped option fails whether or not this fit would use it.
+        self._trainer_config(seed=0, emulation=None).validate()
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -506,24 +561,11 @@ class _BaseBPNN(BaseEstimator):
     ) -> None:
         """Train through the HMDSPT round loop on ``self.client``'s cluster."""
         from hmdspt.parallel.cluster import connect
-        from hmdspt.parallel.trainer import Trainer, TrainerConfig
+        from hmdspt.parallel.trainer import Trainer
 
         client = connect(self.client)
         seed = int(self._random_state.randint(np.iinfo(np.int32).max))
-        config = TrainerConfig(
-            sync=self.sync,
-            partition=self.partition,
-            rounds_per_epoch=self.rounds_per_epoch,
-            block_momentum=self.block_momentum,
-            compression=self.compression,
-            seed=seed,
-            run_log=None if self.run_log is None else os.fspath(self.run_log),
-            emulation=_emulation_of(client),
-            max_seconds=self.max_seconds,
-            checkpoint_dir=None if self.checkpoint_dir is None else os.fspath(self.checkpoint_dir),
-            checkpoint_every=self.checkpoint_every,
-            resume=self.resume,
-        )
+        config = self._trainer_config(seed=seed, emulation=_emulation_of(client))
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
         # The trainer's driver optimizer carries the schedule (and bsp's state).
         self._optimizer = trainer.driver_optimizer
@@ -558,6 +600,32 @@ class _BaseBPNN(BaseEstimator):
             self.training_report_ = trainer.report()
             self.run_id_ = trainer.run_id
             self.run_log_path_ = trainer.run_log_path
+
+    def _checked_trainer_options(self) -> dict:
+        """``trainer_options`` checked against :data:`TRAINER_OPTIONS`, as a new dict."""
+        options = {} if self.trainer_options is None else self.trainer_options
+        for key in options:
+            if key in _TRAINER_PARAMETERS:
+                raise ValueError(f"trainer_options: {key!r} is a parameter of its own: {key}=...")
+            if key not in _TRAINER_OPTION_CONSTRAINTS:
+                raise ValueError(
+                    f"trainer_options: unknown key {key!r}; accepted: {', '.join(TRAINER_OPTIONS)}"
+                )
+        validate_parameter_constraints(
+            {key: _TRAINER_OPTION_CONSTRAINTS[key] for key in options},
+            dict(options),
+            caller_name=f"{type(self).__name__}.trainer_options",
+        )
+        return dict(options)
+
+    def _trainer_config(self, seed: int, emulation: dict | None) -> TrainerConfig:
+        """The round loop's settings: the cluster parameters, then ``trainer_options``."""
+        named = {name: getattr(self, name) for name in _TRAINER_PARAMETERS}
+        for name in ("run_log", "checkpoint_dir"):
+            named[name] = None if named[name] is None else os.fspath(named[name])
+        return TrainerConfig(
+            **named, **self._checked_trainer_options(), seed=seed, emulation=emulation
+        )
 
     def _check_checkpoint_settings(self, incremental: bool) -> None:
         if incremental and (self.checkpoint_dir is not None or self.resume):
@@ -823,7 +891,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
-        Cluster fits: what a worker sends (top-k 10 % with error feedback).
+        Cluster fits: what a worker sends (top-k: the ``trainer_options["topk"]``
+        fraction of the entries, 10 % by default, with error feedback).
     run_log : str or path, default=None
         Cluster fits: the JSON-lines run log (docs/runlog.md): a ``.jsonl`` file to
         append to, or a folder in which ``<run_id>.jsonl`` is written.
@@ -848,6 +917,14 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         A checkpoint of a differently shaped model is refused, and so is one of a
         cluster fit in-process or the other way round. In-process, with an int
         ``random_state``, the resumed fit ends where an uninterrupted one would.
+    trainer_options : dict, default=None
+        Cluster fits: the round loop's rarely changed settings, by name
+        (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
+        of :class:`hmdspt.parallel.trainer.TrainerConfig`): ``block_lr``,
+        ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
+        ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
+        ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``
+        and ``eval_resolution``. An unknown key fails the fit, in-process too.
 
     Attributes
     ----------
@@ -1123,7 +1200,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
-        Cluster fits: what a worker sends (top-k 10 % with error feedback).
+        Cluster fits: what a worker sends (top-k: the ``trainer_options["topk"]``
+        fraction of the entries, 10 % by default, with error feedback).
     run_log : str or path, default=None
         Cluster fits: the JSON-lines run log (docs/runlog.md): a ``.jsonl`` file to
         append to, or a folder in which ``<run_id>.jsonl`` is written.
@@ -1148,6 +1226,14 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         A checkpoint of a differently shaped model is refused, and so is one of a
         cluster fit in-process or the other way round. In-process, with an int
         ``random_state``, the resumed fit ends where an uninterrupted one would.
+    trainer_options : dict, default=None
+        Cluster fits: the round loop's rarely changed settings, by name
+        (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
+        of :class:`hmdspt.parallel.trainer.TrainerConfig`): ``block_lr``,
+        ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
+        ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
+        ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``
+        and ``eval_resolution``. An unknown key fails the fit, in-process too.
 
     Attributes
     ----------
@@ -1225,16 +1311,17 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         n_iter_no_change=10,
         dtype="float32",
         client=None,
-        partition="proportional",
-        sync="hmdspt",
-        rounds_per_epoch=4,
-        block_momentum=0.5,
-        compression="none",
-        run_log=None,
-        max_seconds=None,
-        checkpoint_dir=None,
-        checkpoint_every=1,
-        resume=False,
+        partition=_TRAINER_DEFAULTS["partition"],
+        sync=_TRAINER_DEFAULTS["sync"],
+        rounds_per_epoch=_TRAINER_DEFAULTS["rounds_per_epoch"],
+        block_momentum=_TRAINER_DEFAULTS["block_momentum"],
+        compression=_TRAINER_DEFAULTS["compression"],
+        run_log=_TRAINER_DEFAULTS["run_log"],
+        max_seconds=_TRAINER_DEFAULTS["max_seconds"],
+        checkpoint_dir=_TRAINER_DEFAULTS["checkpoint_dir"],
+        checkpoint_every=_TRAINER_DEFAULTS["checkpoint_every"],
+        resume=_TRAINER_DEFAULTS["resume"],
+        trainer_options=None,
     ):
         super().__init__(
             hidden_layer_sizes=hidden_layer_sizes,
@@ -1271,6 +1358,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             checkpoint_dir=checkpoint_dir,
             checkpoint_every=checkpoint_every,
             resume=resume,
+            trainer_options=trainer_options,
         )
         self.loss = loss
 

@@ -81,7 +81,7 @@ def test_train_with_data_file_and_missing_target(tmp_path):
     # The file does not hold what the command names: runtime errors, as a missing file.
     result = _hmdspt("train", "--in-process", "--data", str(path), "--target", "nope")
     assert result.returncode == 1
-    assert "'nope' not in" in result.stderr and "label" in result.stderr
+    assert "'nope' not found" in result.stderr and "label" in result.stderr
     result = _hmdspt("train", "--in-process", "--data", str(tmp_path / "missing.npz"))
     assert result.returncode == 1 and "not found" in result.stderr
 
@@ -135,3 +135,119 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
         assert f"\n{name} " in table
     assert (tmp_path / "runs" / "compare.png").stat().st_size > 10_000
     assert (tmp_path / "runs" / "hmdspt.jsonl").exists()
+
+
+# ------------------------------------------------------ one reading rule (issue 16, point 7)
+def _bad_npz(name: str, path) -> None:
+    """Write the bad ``.npz`` file ``name`` to ``path``."""
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    if name == "garbage":
+        path.write_bytes(rng.randint(0, 256, 400).astype(np.uint8).tobytes())
+        return
+    arrays = {
+        "mismatch": dict(X=rng.rand(60, 3), y=np.arange(59) % 2),
+        "text": dict(X=np.full((60, 3), "a"), y=np.arange(60) % 2),
+        "no_arrays": dict(features=rng.rand(60, 3)),
+        "scalar": dict(X=np.float64(1.0), y=np.arange(3)),
+        "empty": dict(X=np.empty((0, 3)), y=np.empty(0)),
+        "object_labels": dict(X=rng.rand(3, 2), y=np.array([{}, {}, {}], dtype=object)),
+    }[name]
+    np.savez(path, **arrays)
+
+
+# Not NaN features: staging keeps them (data/README.md), the CLI refuses them.
+BAD_NPZ = ["garbage", "mismatch", "text", "no_arrays", "scalar", "empty", "object_labels"]
+
+
+@pytest.mark.parametrize("name", BAD_NPZ)
+def test_a_bad_npz_gives_the_same_error_line_from_the_cli_and_from_staging(
+    client, tmp_path, capsys, name
+):
+    from hmdspt.cli import main
+    from hmdspt.parallel.shards import stage
+
+    path = tmp_path / f"{name}.npz"
+    _bad_npz(name, path)
+    code = main(["train", "--in-process", "--epochs", "1", "--data", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    (line,) = err.strip().splitlines()
+    with pytest.raises(Exception) as raised:
+        stage(client, path)
+    assert line == f"hmdspt: error: {raised.value}"
+
+
+def test_staging_keeps_nan_where_the_cli_refuses_it(client, tmp_path, capsys):
+    import numpy as np
+
+    from hmdspt.cli import main
+    from hmdspt.parallel.shards import stage
+
+    X = np.ones((60, 3))
+    X[[5, 9], [2, 0]] = np.nan, np.inf
+    np.savez(tmp_path / "nan.npz", X=X, y=np.arange(60) % 2)
+    code = main(["train", "--in-process", "--data", str(tmp_path / "nan.npz")])
+    assert code == 1
+    assert capsys.readouterr().err.endswith(
+        "nan.npz: X has NaN/infinite value(s), first a NaN at row 5, column 2; drop or impute "
+        "them first\n"
+    )
+    staged = stage(client, tmp_path / "nan.npz")
+    assert sum(np.isnan(f.result().X).sum() for f in staged.futures.values()) == 1
+
+
+def _frame(n_rows: int = 300):
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=n_rows, n_features=4, n_redundant=0, random_state=0)
+    frame = pd.DataFrame(X.astype("float32"), columns=["f0", "f1", "f2", "f3"])
+    frame["label"] = y
+    return frame
+
+
+def _write(layout: str, folder, n_rows: int = 300):
+    """The same rows as a gzip-compressed CSV file or a folder of two parquet files."""
+    frame = _frame(n_rows)
+    if layout == "csv.gz":
+        path = folder / "d.csv.gz"
+        frame.to_csv(path, index=False)
+        return path
+    path = folder / "d"
+    path.mkdir()
+    frame.iloc[: n_rows // 2].to_parquet(path / "part-0.parquet")
+    frame.iloc[n_rows // 2 :].to_parquet(path / "part-1.parquet")
+    return path
+
+
+@pytest.mark.parametrize("layout", ["csv.gz", "parquet folder"])
+def test_train_reads_a_compressed_csv_and_a_parquet_folder(tmp_path, capsys, layout):
+    from hmdspt.cli import main
+
+    path = _write(layout, tmp_path, n_rows=2000)
+    argv = ["train", "--in-process", "--epochs", "60", "--hidden", "8", "--data", str(path)]
+    code = main([*argv, "--target", "label"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "1600 train / 400 test rows, 4 features" in out
+    assert _accuracy(out) > 0.6
+
+
+@pytest.mark.parametrize("layout", ["csv.gz", "parquet folder"])
+def test_the_cli_reads_the_rows_that_staging_stages(client, tmp_path, layout):
+    import numpy as np
+
+    from hmdspt.parallel.readers import read_file
+    from hmdspt.parallel.shards import stage
+
+    path = _write(layout, tmp_path)
+    data = read_file(path, "label")
+    assert data.features == ["f0", "f1", "f2", "f3"]
+    np.testing.assert_array_equal(data.X, _frame()[data.features].to_numpy())
+    staged = stage(client, path, target="label")
+    for future in staged.futures.values():
+        shard = future.result()
+        np.testing.assert_array_equal(data.X[shard.row_ids], shard.X)
+        np.testing.assert_array_equal(data.y[shard.row_ids], shard.y)

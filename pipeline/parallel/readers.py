@@ -1,5 +1,13 @@
 """Reading a worker's rows from a file (``.npz``, parquet, CSV) and the files' metadata.
 
+One reading rule for every data file: :data:`SUFFIX_READERS` maps a file's suffix to its
+reader, and the metadata readers check what a fit needs (the label column or array, numeric
+features, X and y of the same length, rows). :func:`~hmdspt.parallel.shards.stage` reads
+each worker's rows by it, and :func:`read_file` (the command line's ``--data``) all rows, so
+both give the same errors. One difference, on purpose: staging keeps NaN as it is (it moves
+values; data/README.md), where :func:`read_file`, whose rows are trained on at once, refuses
+NaN and infinite features naming the first.
+
 The worker-side readers (``_read_npz_shard``, ``_read_parquet_shard``, ``_read_csv_shard``)
 run as tasks on the workers, module level so that they pickle by reference: each opens the
 file itself and keeps only its own rows, streaming through it so that a worker never holds
@@ -14,6 +22,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,37 +30,104 @@ import pandas as pd
 
 from hmdspt.core.shard import Shard, _as_features, _shard_ids, _sorted_order, _unsort
 
-__all__ = ["NPZ_KEY_PAIRS"]
+__all__ = ["NPZ_KEY_PAIRS", "SUFFIX_READERS", "FileData", "read_file", "reader_kind"]
 
 
 #: (X key, y key) pairs tried in order when an ``.npz`` file's keys are not given.
 NPZ_KEY_PAIRS = (("X", "y"), ("X_train", "y_train"), ("x", "y"), ("data", "target"))
-_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zst")
-_PARQUET_SUFFIXES = (".parquet", ".pq")
-_ACCEPTED = (".npz", *_PARQUET_SUFFIXES, *_CSV_SUFFIXES, "a directory of parquet files")
+#: File suffix -> reader (``"npz"``, ``"parquet"`` or ``"csv"``): the file types a data path
+#: may name. A directory is read as a folder of parquet files.
+SUFFIX_READERS = {
+    ".npz": "npz",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".csv.gz": "csv",
+    ".csv.bz2": "csv",
+    ".csv.xz": "csv",
+    ".csv.zst": "csv",
+}
+_ACCEPTED = (*SUFFIX_READERS, "a directory of parquet files")
 # Bytes of an .npz member decompressed at a time by a worker (bounds its extra memory).
 _NPZ_CHUNK_BYTES = 16 * 2**20
+# Rows checked for NaN at a time (bounds the check's temporary memory).
+_FINITE_CHUNK_ROWS = 65_536
+# Rows of a CSV file parsed at a time by read_file (stage's csv_chunksize default).
+_CSV_CHUNK_ROWS = 65_536
 
 
-def _suffix_kind(path: str) -> str:
+def reader_kind(path: str | os.PathLike) -> str:
+    """The reader of a data path by :data:`SUFFIX_READERS`.
+
+    A directory is a folder of parquet files, unless named like an ``.npz`` or CSV file
+    (whose reader then refuses it as not a file).
+
+    Raises
+    ------
+    ValueError
+        A suffix the table does not hold.
+    """
+    path = os.fspath(path)
+    low = path.lower().rstrip(os.sep)
+    kind = next((k for suffix, k in SUFFIX_READERS.items() if low.endswith(suffix)), None)
+    if os.path.isdir(path) and kind is None:
+        return "parquet"
+    if kind is None:
+        suffix = os.path.splitext(low)[1]
+        raise ValueError(
+            f"{path}: unsupported data format {suffix!r}, an unknown file type; accepted: "
+            f"{', '.join(_ACCEPTED)}"
+        )
+    return kind
+
+
+_suffix_kind = reader_kind  # the name hmdspt.parallel.shards imports
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (some libraries write paragraphs)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_file(path: str) -> None:
     if os.path.isdir(path):
-        return "parquet"
-    low = path.lower()
-    if low.endswith(".npz"):
-        return "npz"
-    if low.endswith(_PARQUET_SUFFIXES):
-        return "parquet"
-    if low.endswith(_CSV_SUFFIXES):
-        return "csv"
-    raise ValueError(f"cannot stage {path!r}: unknown file type; accepted: {', '.join(_ACCEPTED)}")
+        raise ValueError(f"cannot read {path}: not a file but a directory")
 
 
 def _check_numeric(kinds: Mapping[str, bool], where: str) -> None:
     bad = [name for name, ok in kinds.items() if not ok]
     if bad:
         raise TypeError(
-            f"{where}: feature columns must be numeric, but {bad} are not; name the label "
-            "column with target= or encode these columns first"
+            f"non-numeric feature column(s) in {where}: {bad}; name the label column with "
+            "target= (--target) or encode these columns first"
+        )
+
+
+def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str) -> None:
+    """Refuse NaN or infinite features, naming the bad value of the lowest row id.
+
+    Checked in chunks of rows, so the check's temporary memory stays small.
+    """
+    if X.dtype.kind not in "fc":
+        return
+    first: tuple[int, int, float] | None = None  # (row id, column, value)
+    for lo in range(0, len(X), _FINITE_CHUNK_ROWS):
+        block = X[lo : lo + _FINITE_CHUNK_ROWS]
+        bad = ~np.isfinite(block)
+        if not bad.any():
+            continue
+        rows, cols = np.nonzero(bad)  # row-major: within a row, the first column first
+        i = int(np.argmin(row_ids[lo + rows]))
+        row = int(row_ids[lo + rows[i]])
+        if first is None or row < first[0]:
+            first = (row, int(cols[i]), block[rows[i], cols[i]])
+    if first is not None:
+        row, col, value = first
+        kind = "NaN" if np.isnan(value) else "infinite"
+        raise ValueError(
+            f"{source}: X has NaN/infinite value(s), first a {kind} at row {row}, column "
+            f"{col}; drop or impute them first"
         )
 
 
@@ -130,7 +206,13 @@ def _read_npz_shard(
     dtype: np.dtype,
 ) -> Shard:
     """Worker side of :func:`~hmdspt.parallel.shards.stage` for ``.npz`` files."""
-    ids = _shard_ids(seed, n_rows, start, stop)
+    return _npz_shard(path, x_key, y_key, _shard_ids(seed, n_rows, start, stop), n_rows, dtype)
+
+
+def _npz_shard(
+    path: str, x_key: str, y_key: str | None, ids: np.ndarray, n_rows: int, dtype: np.dtype
+) -> Shard:
+    """Rows ``ids`` of an ``.npz`` file, in that order."""
     order, sorted_ids = _sorted_order(ids)
     X = _as_features(_npz_rows(path, x_key, sorted_ids, n_rows, order), dtype)
     y = None
@@ -151,20 +233,17 @@ def _shard_from_blocks(
     blocks: Iterable[tuple[int, Callable[[np.ndarray], tuple[np.ndarray, Any]]]],
     features: Sequence[str],
     target: str | None,
-    seed: int,
+    ids: np.ndarray,
     n_rows: int,
-    start: int,
-    stop: int,
     dtype: np.dtype,
     source: str,
 ) -> Shard:
-    """Assemble this worker's shard from a file read block by block, in file order.
+    """Assemble the shard of rows ``ids`` from a file read block by block, in file order.
 
     ``blocks`` yields ``(block_rows, take)`` where ``take(positions)`` returns the
     features and target of those rows of the block; ``take`` is only called for blocks
     holding rows of this shard, so readers may defer the actual read to it.
     """
-    ids = _shard_ids(seed, n_rows, start, stop)
     order, sorted_ids = _sorted_order(ids)
     X = np.empty((len(ids), len(features)), dtype=dtype)
     y_parts: list[np.ndarray] = []
@@ -198,7 +277,23 @@ def _read_parquet_shard(
 ) -> Shard:
     """Worker side of :func:`~hmdspt.parallel.shards.stage` for parquet: one row group at a
     time, ``take`` of ids."""
+    ids = _shard_ids(seed, n_rows, start, stop)
+    return _parquet_shard(files, features, target, ids, n_rows, dtype)
+
+
+def _parquet_shard(
+    files: Sequence[str],
+    features: Sequence[str],
+    target: str | None,
+    ids: np.ndarray,
+    n_rows: int,
+    dtype: np.dtype,
+) -> Shard:
+    """Rows ``ids`` of parquet ``files`` (in order, as one table), in that order."""
     import pyarrow.parquet as pq
+
+    # The file, or the folder of the files: what the user named, in staging and read_file.
+    source = files[0] if len(files) == 1 else os.path.commonpath(files)
 
     columns = [*features, target] if target is not None else list(features)
 
@@ -216,9 +311,7 @@ def _read_parquet_shard(
 
                 yield pf.metadata.row_group(g).num_rows, take
 
-    return _shard_from_blocks(
-        row_groups(), features, target, seed, n_rows, start, stop, dtype, "parquet data"
-    )
+    return _shard_from_blocks(row_groups(), features, target, ids, n_rows, dtype, source)
 
 
 def _read_csv_shard(
@@ -234,6 +327,20 @@ def _read_csv_shard(
 ) -> Shard:
     """Worker side of :func:`~hmdspt.parallel.shards.stage` for CSV: chunked reading, keeping
     only own rows."""
+    ids = _shard_ids(seed, n_rows, start, stop)
+    return _csv_shard(path, features, target, ids, n_rows, dtype, chunksize)
+
+
+def _csv_shard(
+    path: str,
+    features: Sequence[str],
+    target: str | None,
+    ids: np.ndarray,
+    n_rows: int,
+    dtype: np.dtype,
+    chunksize: int,
+) -> Shard:
+    """Rows ``ids`` of a CSV file, in that order, parsed ``chunksize`` rows at a time."""
     columns = [*features, target] if target is not None else list(features)
 
     def chunks():
@@ -250,7 +357,13 @@ def _read_csv_shard(
 
                 yield len(chunk), take
 
-    return _shard_from_blocks(chunks(), features, target, seed, n_rows, start, stop, dtype, path)
+    try:
+        return _shard_from_blocks(chunks(), features, target, ids, n_rows, dtype, path)
+    except (ValueError, TypeError) as exc:
+        if str(exc).startswith(path):  # already names the file
+            raise
+        # A value pandas cannot parse as a number (past the rows _csv_meta looked at).
+        raise ValueError(f"cannot read {path}: {_first_line(exc)}") from None
 
 
 # --------------------------------------------------------------------------------------
@@ -260,14 +373,18 @@ def _read_csv_shard(
 
 def _npz_meta(path: str, x_key: str | None, y_key: str | None) -> dict[str, Any]:
     """Keys, row count and width of an ``.npz``, from the member headers only."""
+    _check_file(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"cannot read {path}: not a valid .npz file (corrupted or not a zip)")
     with zipfile.ZipFile(path) as zf:
         keys = [n[: -len(".npy")] for n in zf.namelist() if n.endswith(".npy")]
         if x_key is None:
             x_key = next((xk for xk, _ in NPZ_KEY_PAIRS if xk in keys), None)
             if x_key is None:
+                pairs = ", ".join(f"{xk}/{yk}" for xk, yk in NPZ_KEY_PAIRS)
                 raise ValueError(
-                    f"{path}: none of the feature keys {[p[0] for p in NPZ_KEY_PAIRS]} found "
-                    f"(keys: {keys}); pass x_key="
+                    f"{path} has none of the arrays {pairs} (has {keys}); name its feature "
+                    "array with x_key="
                 )
         elif x_key not in keys:
             raise ValueError(f"{path}: x_key {x_key!r} not found; keys are {keys}")
@@ -276,24 +393,33 @@ def _npz_meta(path: str, x_key: str | None, y_key: str | None) -> dict[str, Any]
             y_key = next((g for g in guesses if g in keys and g != x_key), None)
         elif y_key not in keys:
             raise ValueError(f"{path}: target key {y_key!r} not found; keys are {keys}")
-        shapes = {}
+        shapes, dtypes = {}, {}
         for key in (x_key, y_key):
             if key is None:
                 continue
-            with zf.open(key + ".npy") as f:
-                header = _npz_header(f)
-            if header is None:  # unknown header version: let numpy parse this member
-                with np.load(path, allow_pickle=False) as npz:
-                    shapes[key] = npz[key].shape
-            else:
-                shapes[key] = header[0]
+            try:
+                with zf.open(key + ".npy") as f:
+                    header = _npz_header(f)
+                if header is None:  # unknown header version: let numpy parse this member
+                    with np.load(path, allow_pickle=False) as npz:
+                        member = npz[key]
+                    shapes[key], dtypes[key] = member.shape, member.dtype
+                else:
+                    shapes[key], dtypes[key] = header[0], header[2]
+            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+                raise ValueError(f"cannot read {path} as .npz: {_first_line(exc)}") from None
     x_shape = shapes[x_key]
     if len(x_shape) == 0:
-        raise ValueError(f"{path}: {x_key!r} is a scalar, not a data set")
-    if y_key is not None and shapes[y_key][:1] != x_shape[:1]:
-        raise ValueError(
-            f"{path}: {x_key!r} has {x_shape[0]} rows but {y_key!r} has {shapes[y_key][0]}"
+        raise ValueError(f"{path}: {x_key} is a scalar, not a data set")
+    if dtypes[x_key].kind not in "biuf":
+        raise TypeError(f"{path}: {x_key} is not numeric (dtype {dtypes[x_key]}); encode it first")
+    if y_key is not None and dtypes[y_key].hasobject:
+        raise TypeError(
+            f"{path}: {y_key} holds Python objects (dtype object), which are not loaded"
         )
+    if y_key is not None and shapes[y_key][:1] != x_shape[:1]:
+        y_rows = shapes[y_key][0] if shapes[y_key] else "none (a scalar)"
+        raise ValueError(f"{path}: {x_key} has {x_shape[0]} rows but {y_key} has {y_rows}")
     n_features = int(np.prod(x_shape[1:], dtype=np.int64)) if len(x_shape) > 1 else 1
     return {"x_key": x_key, "y_key": y_key, "n_rows": int(x_shape[0]), "n_features": n_features}
 
@@ -304,7 +430,10 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
-    dataset = pads.dataset(path, format="parquet")
+    try:
+        dataset = pads.dataset(path, format="parquet")
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"cannot read {path} as parquet: {_first_line(exc)}") from None
     files = list(dataset.files)
     if not files:
         raise ValueError(f"{path}: no parquet files found")
@@ -329,13 +458,127 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
 
 def _csv_meta(path: str, target: str | None) -> dict[str, Any]:
     """Columns and row count of a CSV file, read in chunks (never the whole file at once)."""
-    peek = pd.read_csv(path, nrows=1000)
+    _check_file(path)
+    try:
+        peek = pd.read_csv(path, nrows=1000)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path} is empty (no columns, no rows)") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read {path}: not a text CSV file (corrupted?)") from None
+    except (ValueError, OSError, EOFError) as exc:  # pandas' ParserError is a ValueError
+        raise ValueError(f"cannot read {path}: {_first_line(exc)}") from None
     columns = [str(c) for c in peek.columns]
     if target is not None and target not in columns:
         raise ValueError(f"{path}: target column {target!r} not found; columns are {columns}")
     features = [c for c in columns if c != target]
+    if peek.empty:  # a header only: no dtypes to check, and nothing to read
+        return {"features": features, "n_rows": 0}
     _check_numeric({c: _is_numeric_dtype(peek[c].dtype) for c in features}, path)
     # CSV has no row count in a header: count by parsing the first column chunk by chunk.
     with pd.read_csv(path, usecols=[0], chunksize=1 << 20) as reader:
         n_rows = sum(len(chunk) for chunk in reader)
     return {"features": features, "n_rows": n_rows}
+
+
+# --------------------------------------------------------------------------------------
+# A whole file on the driver
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileData:
+    """All rows of a data file, in file order (see :func:`read_file`).
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_rows, n_features)
+        The features, in the dtype asked for.
+    y : ndarray of shape (n_rows,) or None
+        The labels (the ``target`` column, or the ``.npz`` label array), None without.
+    features : list of str or None
+        Feature column names of parquet and CSV data; None for ``.npz``.
+    x_key, y_key : str or None
+        The ``.npz`` arrays read (None for parquet and CSV; ``y_key`` None without labels).
+    keys : list of str
+        The ``.npz`` file's arrays (empty for parquet and CSV).
+    """
+
+    X: np.ndarray
+    y: np.ndarray | None
+    features: list[str] | None = None
+    x_key: str | None = None
+    y_key: str | None = None
+    keys: list[str] = field(default_factory=list)
+
+
+def read_file(
+    path: str | os.PathLike,
+    target: str | None = None,
+    *,
+    x_key: str | None = None,
+    dtype: Any = np.float32,
+) -> FileData:
+    """All rows of a data file, in file order, read as staging reads a worker's rows.
+
+    The same suffixes (:data:`SUFFIX_READERS`), metadata checks and row readers as
+    :func:`hmdspt.parallel.shards.stage`, so a file refused there is refused here with the
+    same message, and one read here is read there alike.
+
+    Parameters
+    ----------
+    path : str or path
+        An ``.npz`` file, a parquet file or folder of parquet files, or a CSV file
+        (optionally compressed).
+    target : str, optional
+        The label column of parquet and CSV data, or the label array of an ``.npz`` file
+        (default there: the partner of ``x_key`` in :data:`NPZ_KEY_PAIRS`, if present).
+    x_key : str, optional
+        The feature array of an ``.npz`` file (default: the first of :data:`NPZ_KEY_PAIRS`
+        present).
+    dtype : dtype, default=np.float32
+        dtype of ``X``.
+
+    Returns
+    -------
+    data : FileData
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ValueError
+        With one line naming the problem, as staging words it: an unknown suffix, an
+        unreadable or corrupted file, a missing target column or array, X and y of
+        different lengths, no rows; and, which staging lets through, NaN or infinite
+        features (the first is named).
+    TypeError
+        Non-numeric features.
+    """
+    path = os.path.abspath(os.fspath(path))
+    kind = reader_kind(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    if kind != "npz" and x_key is not None:
+        raise ValueError("x_key= applies to .npz paths only")
+    dtype = np.dtype(dtype)
+    if kind == "npz":
+        meta = _npz_meta(path, x_key, target)
+    else:
+        meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
+    n_rows = meta["n_rows"]
+    if n_rows == 0:
+        raise ValueError(f"{path} has no rows")
+    ids = np.arange(n_rows, dtype=np.int64)
+    if kind == "npz":
+        with zipfile.ZipFile(path) as zf:
+            keys = [n[: -len(".npy")] for n in zf.namelist() if n.endswith(".npy")]
+        shard = _npz_shard(path, meta["x_key"], meta["y_key"], ids, n_rows, dtype)
+        data = FileData(shard.X, shard.y, None, meta["x_key"], meta["y_key"], keys)
+    elif kind == "parquet":
+        shard = _parquet_shard(meta["files"], meta["features"], target, ids, n_rows, dtype)
+        data = FileData(shard.X, shard.y, list(meta["features"]))
+    else:
+        shard = _csv_shard(path, meta["features"], target, ids, n_rows, dtype, _CSV_CHUNK_ROWS)
+        data = FileData(shard.X, shard.y, list(meta["features"]))
+    _check_finite(data.X, ids, path)
+    return data
