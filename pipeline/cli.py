@@ -471,10 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
     from dataclasses import fields
 
     from hmdspt import __version__
+    from hmdspt.core.config import TrainerConfig
     from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
     from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
     from hmdspt.parallel.readers import SUFFIX_READERS
-    from hmdspt.parallel.trainer import TrainerConfig
 
     # The round loop's options: TrainerConfig's defaults, the registries' choices, as the
     # estimator's (tests/test_options.py compares them).

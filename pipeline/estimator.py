@@ -42,9 +42,9 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_targ
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from hmdspt.core.checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
+from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
-from hmdspt.parallel.trainer import COMPRESSION_MODES, TrainerConfig
 
 __all__ = ["TRAINER_OPTIONS", "BPNNClassifier", "BPNNRegressor"]
 
@@ -920,7 +920,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     trainer_options : dict, default=None
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
-        of :class:`hmdspt.parallel.trainer.TrainerConfig`): ``block_lr``,
+        of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``
@@ -1229,7 +1229,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     trainer_options : dict, default=None
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
-        of :class:`hmdspt.parallel.trainer.TrainerConfig`): ``block_lr``,
+        of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``

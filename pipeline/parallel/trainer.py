@@ -31,7 +31,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from hmdspt.core.checkpoint import (
     load_latest_checkpoint,
     save_checkpoint,
 )
+from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -67,158 +67,6 @@ __all__ = [
     "ramp_length",
     "round_schedule",
 ]
-
-COMPRESSION_MODES = ("none", "float16", "topk")
-
-
-@dataclass
-class TrainerConfig:
-    """Settings of the round loop (the estimator fills it from its parameters).
-
-    Attributes
-    ----------
-    sync : {"hmdspt", "local", "bsp"} or another key of ``strategies.SYNC_STRATEGIES``
-        Synchronisation strategy (module docstring; :mod:`hmdspt.core.strategies`).
-    partition : {"proportional", "equal"} or another key of ``strategies.PARTITION_POLICIES``
-        Row shares by measured speed, or equal.
-    rounds_per_epoch : int
-        Rounds an epoch is split into (``sync="bsp"``: one round per global mini-batch).
-    block_momentum : float
-        Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
-    block_lr : float
-        Step ``eta`` applied to the momentum (``sync="hmdspt"`` only).
-    normalize_steps : bool
-        ``sync="hmdspt"``: normalise the merge by local step counts (FedNova); False
-        uses the plain row-weighted average (for ablation).
-    compression : {"none", "float16", "topk"}
-        What workers send (top-k keeps ``topk`` of the entries, with error feedback).
-    topk : float
-        Fraction kept by top-k compression.
-    warm_start_rows, warm_start_epochs : int
-        Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
-    ramp_rounds : int
-        ``sync="hmdspt"``, a fresh fit: the first epoch starts with at least this many
-        short rounds, each twice the rows of the one before (see :func:`round_schedule`);
-        0 turns the ramp off.
-    ramp_first_round_s : float
-        More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
-        than this many seconds of compute (:func:`ramp_length`). About twice a round's
-        synchronisation: in shorter rounds synchronisation and per-round jitter decide the
-        idle time (docs/design.md, "Round loop"). The round's length is
-        predicted from the measured speeds (probe or memory); equal shares, which are not
-        probed, use the warm-start pilot's speed on the driver; without either, the ramp
-        has ``ramp_rounds`` rounds.
-    max_ramp_rounds : int
-        Most ramp rounds (each costs one synchronisation).
-    probe_seconds : float or None
-        None: an adaptive probe that stops when each worker's speed is known to 5 %
-        (capped by the data set's size, see :func:`hmdspt.parallel.scoring.score_workers`); a
-        number: a fixed probe of that many seconds.
-    reuse_speeds_s : float
-        ``partition="proportional"``: when every worker remembers its speed from a fit
-        of the same model shape whose last round ended at most this many seconds ago
-        (:func:`hmdspt.parallel.worker.remembered_speed`), those speeds replace the probe;
-        0 always probes.
-    rebalance_threshold : float
-        Re-balance only when the predicted round time improves by more than this
-        fraction (hysteresis).
-    min_rows : int
-        Fewest rows any worker keeps (so its speed keeps being measured).
-    seed : int
-        Seeds staging, row orders and the pilot.
-    max_seconds : float or None
-        Stop after the round during which the fit passed this many seconds of training
-        (:meth:`Trainer.training_seconds`, from the user's call: the time ``evaluate``
-        took is not counted; the last epoch is then partial: its rows were not all
-        processed).
-    eval_resolution : float
-        Relative resolution in time of the evaluations: after a round, ``evaluate`` runs
-        when the training seconds since its last run are at least this fraction of the
-        training seconds so far (the last round of an epoch is always evaluated). The
-        curve is dense where it moves fast, at the start, and bsp's many short rounds are
-        not evaluated one by one: about ``ln(T / t_round) / eval_resolution``
-        evaluations over a fit of ``T`` seconds.
-    broadcast_timeout_s : float
-        Longest wait for a worker to take the broadcast of ``w_t``. Workers that left
-        meanwhile are recovered as soon as they are seen gone; one still in the cluster
-        but not running tasks (paused, or retiring without leaving) fails the fit after
-        this long.
-    record_row_ids : bool
-        Workers return the ids of the rows they processed; ``Trainer.rows_seen`` then
-        counts, per epoch, how often each row was processed (for audits and tests).
-    run_log : str or None
-        The JSON-lines run log: a ``.jsonl`` file to append to, or a folder in which
-        ``<run_id>.jsonl`` is written; None writes none.
-    emulation : dict or None
-        Description of emulated heterogeneity, recorded in the run log.
-    checkpoint_dir : str or None
-        Folder of checkpoints (:mod:`hmdspt.core.checkpoint`); None writes none. A checkpoint
-        holds the global parameters, the driver optimizer's state, the block momentum,
-        the scores (by worker name), the round counter and the epoch; it is written after
-        every ``checkpoint_every``-th round and after every epoch. The last two are kept.
-    checkpoint_every : int
-        Rounds between two checkpoints (epoch ends are always checkpointed).
-    resume : bool
-        Before round one, continue from the newest good checkpoint of ``checkpoint_dir``
-        when there is one (see :meth:`Trainer.fit`); a fresh fit when there is none.
-    """
-
-    sync: str = "hmdspt"
-    partition: str = "proportional"
-    rounds_per_epoch: int = 4
-    block_momentum: float = 0.5
-    block_lr: float = 1.0
-    normalize_steps: bool = True
-    compression: str = "none"
-    topk: float = 0.1
-    warm_start_rows: int = 2000
-    warm_start_epochs: int = 2
-    ramp_rounds: int = 3
-    ramp_first_round_s: float = 0.1
-    max_ramp_rounds: int = 5
-    probe_seconds: float | None = None
-    reuse_speeds_s: float = 600.0
-    rebalance_threshold: float = 0.05
-    min_rows: int = 1
-    seed: int = 0
-    run_log: str | None = None
-    emulation: dict | None = None
-    record_row_ids: bool = False
-    broadcast_timeout_s: float = 20.0
-    eval_resolution: float = 0.05
-    max_seconds: float | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 1
-    resume: bool = False
-
-    def validate(self) -> None:
-        strategies.get_sync(self.sync)  # each raises naming the bad value and the choices
-        strategies.get_partition(self.partition)
-        if self.compression not in COMPRESSION_MODES:
-            raise ValueError(
-                f"compression must be one of {COMPRESSION_MODES}, got {self.compression!r}"
-            )
-        if self.rounds_per_epoch < 1:
-            raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
-        if not 0 <= self.block_momentum < 1:
-            raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
-        if self.ramp_rounds < 0:
-            raise ValueError(f"ramp_rounds must be >= 0, got {self.ramp_rounds}")
-        if self.max_ramp_rounds < self.ramp_rounds:
-            raise ValueError(
-                f"max_ramp_rounds must be >= ramp_rounds, got {self.max_ramp_rounds} < "
-                f"{self.ramp_rounds}"
-            )
-        if not self.ramp_first_round_s > 0:
-            raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
-        if not self.reuse_speeds_s >= 0:
-            raise ValueError(f"reuse_speeds_s must be >= 0, got {self.reuse_speeds_s}")
-        if self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
-        if not self.eval_resolution >= 0:
-            raise ValueError(f"eval_resolution must be >= 0, got {self.eval_resolution}")
-        if self.resume and not self.checkpoint_dir:
-            raise ValueError("resume=True needs a checkpoint_dir to resume from")
 
 
 def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
