@@ -30,7 +30,7 @@ import pandas as pd
 
 from hmdspt.core.shard import Shard, _as_features, _shard_ids, _sorted_order, _unsort
 
-__all__ = ["NPZ_KEY_PAIRS", "SUFFIX_READERS", "FileData", "read_file", "reader_kind"]
+__all__ = ["NPZ_KEY_PAIRS", "SUFFIX_READERS", "FileData", "read_file", "reader_kind", "source_kind"]
 
 
 #: (X key, y key) pairs tried in order when an ``.npz`` file's keys are not given.
@@ -79,9 +79,6 @@ def reader_kind(path: str | os.PathLike) -> str:
             f"{', '.join(_ACCEPTED)}"
         )
     return kind
-
-
-_suffix_kind = reader_kind  # the name hmdspt.parallel.shards imports
 
 
 def _first_line(exc: BaseException) -> str:
@@ -511,6 +508,25 @@ class FileData:
     keys: list[str] = field(default_factory=list)
 
 
+def source_kind(path: str | os.PathLike, x_key: str | None = None) -> tuple[str, str]:
+    """The absolute path of a data file and its reader's kind, checked as every reader wants.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        An unsupported suffix, or ``x_key`` for a file that is not ``.npz``.
+    """
+    path = os.path.abspath(os.fspath(path))
+    kind = reader_kind(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    if kind != "npz" and x_key is not None:
+        raise ValueError("x_key= applies to .npz paths only")
+    return path, kind
+
+
 def read_file(
     path: str | os.PathLike,
     target: str | None = None,
@@ -554,12 +570,7 @@ def read_file(
     TypeError
         Non-numeric features.
     """
-    path = os.path.abspath(os.fspath(path))
-    kind = reader_kind(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"data file not found: {path}")
-    if kind != "npz" and x_key is not None:
-        raise ValueError("x_key= applies to .npz paths only")
+    path, kind = source_kind(path, x_key)
     dtype = np.dtype(dtype)
     if kind == "npz":
         meta = _npz_meta(path, x_key, target)

@@ -66,7 +66,7 @@ from hmdspt.parallel.readers import (
     _read_csv_shard,
     _read_npz_shard,
     _read_parquet_shard,
-    _suffix_kind,
+    source_kind,
 )
 
 __all__ = ["StagedData", "equal_counts", "stage"]
@@ -649,12 +649,7 @@ def _stage_path(
     csv_chunksize: int,
     skip_lost: bool = False,
 ) -> StagedData:
-    path = os.path.abspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(2, f"cannot stage {path}: no such file or directory", path)
-    kind = _suffix_kind(path)
-    if kind != "npz" and x_key is not None:
-        raise ValueError("x_key= applies to .npz paths only")
+    path, kind = source_kind(path, x_key)  # the checks and messages read_file gives
     if kind == "npz":
         meta = _npz_meta(path, x_key, target)
         names, has_y = None, meta["y_key"] is not None
