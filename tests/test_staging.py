@@ -503,10 +503,15 @@ def test_a_scatter_to_a_paused_worker_names_its_status_after_the_timeout():
 
 
 # --------------------------------------------------------------------------- errors
-def test_missing_path_is_named(client, tmp_path):
+def test_missing_path_is_named_as_the_cli_names_it(client, tmp_path):
+    from hmdspt.parallel.readers import read_file
+
     missing = tmp_path / "nope.parquet"
-    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+    with pytest.raises(FileNotFoundError) as staged:
         stage(client, missing, target="label")
+    with pytest.raises(FileNotFoundError) as read:
+        read_file(missing, target="label")
+    assert str(staged.value) == str(read.value) == f"data file not found: {missing}"
 
 
 def test_unknown_extension(client, tmp_path):
