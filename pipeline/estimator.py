@@ -41,7 +41,12 @@ from sklearn.utils._param_validation import (
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from hmdspt.core.checkpoint import check_fingerprint, load_latest_checkpoint, save_checkpoint
+from hmdspt.core.checkpoint import (
+    check_fingerprint,
+    load_latest_checkpoint,
+    model_fingerprint,
+    save_checkpoint,
+)
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
@@ -638,14 +643,8 @@ class _BaseBPNN(BaseEstimator):
 
     def _in_process_fingerprint(self) -> dict:
         """What an in-process checkpoint must match to be resumed into this model."""
-        model = self._model
         return {
-            "layer_sizes": [int(s) for s in model.layer_sizes],
-            "n_params": int(model.n_params),
-            "dtype": model.dtype.name,
-            "hidden_activation": model.hidden_activation,
-            "out_activation": model.out_activation,
-            "solver": self.solver,
+            **model_fingerprint(self._model, self.solver),
             # Not in a cluster fit's fingerprint, so neither kind resumes from the other:
             # a cluster's epochs are rounds of per-worker optimizers, not this optimizer.
             "fit": "in-process",

@@ -271,6 +271,19 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
     return None
 
 
+def model_fingerprint(model: Any, solver: str | None) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed into ``model`` (an ``hmdspt.core.nn.MLP``)
+    trained by ``solver``; in-process and cluster fits add what tells them apart."""
+    return {
+        "layer_sizes": [int(s) for s in model.layer_sizes],
+        "n_params": int(model.n_params),
+        "dtype": model.dtype.name,
+        "hidden_activation": model.hidden_activation,
+        "out_activation": model.out_activation,
+        "solver": solver,
+    }
+
+
 def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """Refuse to resume into a model of another shape.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hmdspt.core.checkpoint import Checkpoint
+from hmdspt.core.checkpoint import Checkpoint, model_fingerprint
 from hmdspt.core.nn import MLP
 
 __all__ = ["checkpoint_to_state", "fingerprint", "state_to_checkpoint"]
@@ -20,14 +20,7 @@ __all__ = ["checkpoint_to_state", "fingerprint", "state_to_checkpoint"]
 
 def fingerprint(model: MLP, optimizer_kwargs: dict) -> dict[str, Any]:
     """What a checkpoint must match to be resumed into ``model``."""
-    return {
-        "layer_sizes": [int(s) for s in model.layer_sizes],
-        "n_params": int(model.n_params),
-        "dtype": model.dtype.name,
-        "hidden_activation": model.hidden_activation,
-        "out_activation": model.out_activation,
-        "solver": optimizer_kwargs.get("solver"),
-    }
+    return model_fingerprint(model, optimizer_kwargs.get("solver"))
 
 
 def state_to_checkpoint(state: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
