@@ -42,26 +42,18 @@ class Placement:
         t = self.trainer
         if t._resumed and all(t.scorer.estimates[a].n_updates for a in addresses):
             # Every worker's speed came back with the checkpoint: no probe needed.
-            for addr in addresses:
-                t._log(
-                    "score",
-                    round=t.round_index,
-                    worker=t._names[addr],
-                    score=t.scorer.score(addr),
-                    source="online",  # measured online before the restart
-                    restored=True,
-                )
+            for addr in addresses:  # measured online before the restart
+                self.log_score(addr, t.scorer.score(addr), "online", restored=True)
             return
         remembered = self.remembered_speeds(addresses)
         if remembered is not None:
             for addr, memory in remembered.items():
                 t.scorer.update_speed(addr, memory["speed"])
-                t._log(
-                    "score",
-                    round=0,
-                    worker=t._names[addr],
-                    score=memory["speed"],
-                    source="remembered",
+                self.log_score(
+                    addr,
+                    memory["speed"],
+                    "remembered",
+                    round_=0,
                     age_s=memory["age_s"],
                     from_run_id=memory["run_id"],
                 )
@@ -78,7 +70,7 @@ class Placement:
         )
         for addr, speed in probe.items():
             t.scorer.update_speed(addr, speed)
-            t._log("score", round=0, worker=t._names[addr], score=speed, source="probe")
+            self.log_score(addr, speed, "probe", round_=0)
 
     def remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
         """Every worker's remembered speed for this model shape, or None (then probe)."""
@@ -127,15 +119,22 @@ class Placement:
             t._sync_membership()
             return
         for addr in members:
-            t._log(
-                "score",
-                round=t.round_index,
-                worker=t._names[addr],
-                score=t.scorer.score(addr),
-                source="online",
-                uncertainty=t.scorer.rel_std(addr),
-            )
+            self.log_score(addr, t.scorer.score(addr), "online", uncertainty=t.scorer.rel_std(addr))
         self.log_partition(t.round_index, moves, time.perf_counter() - start)
+
+    def log_score(
+        self, addr: str, score: float, source: str, round_: int | None = None, **extra: Any
+    ) -> None:
+        """Write a worker's speed to the run log (``round_``: the current round if None)."""
+        t = self.trainer
+        t._log(
+            "score",
+            round=t.round_index if round_ is None else round_,
+            worker=t._names[addr],
+            score=score,
+            source=source,
+            **extra,
+        )
 
     def log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
         """Write the placement (rows per worker, the moves) to the run log."""

@@ -142,11 +142,5 @@ class Recovery:
             )
             if addr in speeds:
                 t.scorer.update_speed(addr, speeds[addr])
-                t._log(
-                    "score",
-                    round=t.round_index,
-                    worker=t._names[addr],
-                    score=speeds[addr],
-                    source="probe",
-                )
+                t.placement.log_score(addr, speeds[addr], "probe")
         t._maybe_rebalance(force=True)
