@@ -88,6 +88,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _check_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data file not found: {path}")
     if os.path.isdir(path):
         raise ValueError(f"cannot read {path}: not a file but a directory")
 
