@@ -147,6 +147,38 @@ def test_a_second_sigint_milliseconds_later_does_not_lose_run_end(tmp_path, gap_
     assert [e["status"] for e in ends] == ["stopped"], out
 
 
+class _InterruptsWhenCollected:
+    """Sends this process a SIGINT from its ``__del__``: Python then raises the
+    KeyboardInterrupt inside the finalizer, which prints "Exception ignored" and drops it,
+    as it does when a Ctrl-C lands in distributed's ``Future.__del__``."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+        sum(range(1000))  # bytecodes for the handler to run in, still inside __del__
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow
+def test_a_sigint_a_finalizer_swallows_still_stops_the_fit(cluster, tmp_path):
+    X, Y = _data()
+    calls = []
+
+    def evaluate() -> float:
+        calls.append(1)
+        if len(calls) == 2:  # after round one's score
+            _InterruptsWhenCollected()  # collected at once: the interrupt is swallowed
+        return 0.0
+
+    log = tmp_path / "fit.jsonl"
+    with Client(cluster) as client:
+        trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4, eval_resolution=0)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(X, Y, max_epochs=50, evaluate=evaluate)
+    assert [e["status"] for e in _run_end(log)] == ["stopped"]
+    assert _rounds(log) <= 3, "the fit went on after the interrupt"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
+
+
 # ----------------------------------------------------------------------------------
 # A full disk under the run log
 # ----------------------------------------------------------------------------------

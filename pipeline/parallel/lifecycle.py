@@ -11,7 +11,8 @@ owns which run and, when that client disconnects, has every worker end its runs
 (see :class:`~hmdspt.parallel.worker.HMDSPTWorkerPlugin`).
 
 :func:`deferred_interrupts` holds Ctrl-C back while the trainer writes ``run_end`` and
-cleans up, so a second interrupt cannot cut that short.
+cleans up, so a second interrupt cannot cut that short. :class:`InterruptWatch` keeps a
+Ctrl-C during training from being lost when its ``KeyboardInterrupt`` lands in a finalizer.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "RUN_OWNERS_PLUGIN_NAME",
     "DeferredInterrupts",
+    "InterruptWatch",
     "RunOwnersPlugin",
     "close_run",
     "deferred_interrupts",
@@ -181,3 +183,45 @@ def deferred_interrupts() -> Iterator[DeferredInterrupts]:
         yield held
     finally:
         signal.signal(signal.SIGINT, handler)
+
+
+class InterruptWatch:
+    """Remember each Ctrl-C of a fit, so one a finalizer swallowed still stops it.
+
+    Python runs the SIGINT handler wherever the main thread is, also inside an object's
+    ``__del__`` (distributed's ``Future.__del__`` runs often during a fit); there the
+    ``KeyboardInterrupt`` is printed as "Exception ignored" and the fit goes on.
+    :meth:`install` wraps the SIGINT handler so that an interrupt it raises is noted;
+    :meth:`raise_if_swallowed`, called where the fit can stop cleanly (between rounds),
+    raises it again if it did not stop the fit. Handlers that do not raise, and threads
+    other than the main one, are left as they are.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._handler: Any = None
+
+    def install(self) -> InterruptWatch:
+        if threading.current_thread() is threading.main_thread():
+            handler = signal.getsignal(signal.SIGINT)
+            if callable(handler):
+                self._handler = handler
+                signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def uninstall(self) -> None:
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            self._handler = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        try:
+            self._handler(signum, frame)
+        except KeyboardInterrupt:
+            self.pending = True
+            raise
+
+    def raise_if_swallowed(self) -> None:
+        """Raise the KeyboardInterrupt of a Ctrl-C that should have stopped the fit."""
+        if self.pending:
+            raise KeyboardInterrupt

@@ -51,7 +51,12 @@ from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
 from hmdspt.parallel.client import scheduler_workers
-from hmdspt.parallel.lifecycle import close_run, deferred_interrupts, open_run
+from hmdspt.parallel.lifecycle import (
+    InterruptWatch,
+    close_run,
+    deferred_interrupts,
+    open_run,
+)
 from hmdspt.parallel.membership import Membership
 from hmdspt.parallel.placement import Placement
 from hmdspt.parallel.recovery import Recovery
@@ -370,6 +375,7 @@ class Trainer:
         if cfg.run_log:
             self.log = RunLogWriter(self.run_log_path, run_id=self.run_id)
         status, reason = "failed", None
+        interrupts = InterruptWatch().install()
         try:
             self._owner_recorded = open_run(self.client, self.run_id)
             self.membership.start()  # before the workers are listed: no change is missed
@@ -466,6 +472,7 @@ class Trainer:
                     rounds_per_epoch, ramp_rounds if epoch == start_epoch else 0
                 )
                 for r, rounds_left in enumerate(schedule):
+                    interrupts.raise_if_swallowed()
                     out_of_time = self._out_of_time()
                     last = r == len(schedule) - 1 or out_of_time
                     record = self._round(epoch, r == 0, rounds_left, evaluate, last)
@@ -487,6 +494,7 @@ class Trainer:
                 # catch-up rounds process them, so no row of the epoch is left out.
                 self._catching_up = True
                 while self._due_rows:
+                    interrupts.raise_if_swallowed()
                     record = self._round(epoch, False, 1, evaluate, True)
                     epoch_loss += record.loss_sum
                     epoch_rows += record.rows
@@ -514,6 +522,7 @@ class Trainer:
                 raise
             raise TrainingError(reason) from exc
         finally:
+            interrupts.uninstall()
             # A Ctrl-C during the clean-up waits for it to end (main thread only); one
             # that lands before the wait is set up starts the clean-up again. It is then
             # raised if the fit had completed; otherwise the fit's own exception goes on.
