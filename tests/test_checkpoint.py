@@ -321,7 +321,8 @@ X, y = make_classification(
     n_samples=6000, n_features=10, n_informative=5, n_redundant=0, class_sep=2.0,
     flip_y=0.0, random_state=0,
 )
-with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as client:
+# In-process workers: what is killed is the driver, and they go with it.
+with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as client:
     clf = BPNNClassifier(
         hidden_layer_sizes=(32,), client=client, checkpoint_dir=ckdir or None,
         resume=resume == "1", max_iter=6, rounds_per_epoch=2, random_state=0, run_log=log,
@@ -338,7 +339,7 @@ def _fit(tmp_path: Path, name: str, ckdir: str, resume: bool, slow: bool) -> sub
     args = [ckdir, str(int(resume)), str(int(slow)), str(tmp_path / f"{name}.json")]
     args.append(str(tmp_path / f"{name}.jsonl"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    # Its own session, so the whole process group (driver + worker processes) can be
+    # Its own session, so the whole process group (the driver and anything it started) can be
     # ended by its id afterwards.
     return subprocess.Popen(
         [sys.executable, "-c", FIT_SCRIPT, *args],
@@ -382,7 +383,7 @@ def test_killed_driver_resumes_from_its_checkpoint(tmp_path):
     finally:
         proc.stderr.close()
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # its orphaned worker processes
+            os.killpg(proc.pid, signal.SIGKILL)  # anything it started
     assert proc.returncode == -signal.SIGKILL
     last = load_latest_checkpoint(ckdir)
     done_before = last.meta["extra"]["n_iter_"]

@@ -44,7 +44,7 @@ def test_a_fit_runs_end_to_end_over_tls(tmp_path):
     X, y = make_classification(
         n_samples=3000, n_features=20, n_classes=3, n_informative=8, random_state=0
     )
-    with local_cluster(speeds=(2, 1), security=sec, protocol="tls://") as cluster:
+    with local_cluster(speeds=(2, 1), security=sec, protocol="tls://", processes=False) as cluster:
         assert cluster.scheduler_address.startswith("tls://")
         with Client(cluster, security=sec) as client:
             info = client.scheduler_info(n_workers=-1)
@@ -72,7 +72,7 @@ def test_a_plain_client_cannot_talk_to_a_tls_cluster():
     from distributed.security import Security
 
     sec = Security.temporary()
-    with local_cluster(speeds=(1,), security=sec, protocol="tls://") as cluster:
+    with local_cluster(speeds=(1,), security=sec, protocol="tls://", processes=False) as cluster:
         plain = cluster.scheduler_address.replace("tls://", "tcp://")
         with pytest.raises((OSError, TimeoutError)):
             Client(plain, timeout=2)
@@ -147,7 +147,7 @@ def test_a_model_fitted_on_a_cluster_round_trips_without_its_client(tmp_path):
     import skops.io as sio
 
     X, y = make_classification(n_samples=1500, n_features=10, random_state=0)
-    with local_cluster(speeds=(1,)) as cluster, Client(cluster) as client:
+    with local_cluster(speeds=(1,), processes=False) as cluster, Client(cluster) as client:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             clf = BPNNClassifier((8,), client=client, max_iter=2, random_state=0).fit(X, y)
