@@ -68,7 +68,16 @@ def test_readme_python_example_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
     assert accuracy > 0.9
-    assert "worker-0" in result.stdout  # the cluster example printed its report
+    # The cluster example's rows follow the speeds it measured: each worker's share of the
+    # rows within 25 % of its share of the measured speed.
+    report = re.findall(r"(worker-\d): (\d+) rows, ([\d,]+) rows/s", result.stdout)
+    assert sorted(name for name, _, _ in report) == ["worker-0", "worker-1", "worker-2"]
+    rows = {name: int(n) for name, n, _ in report}
+    speeds = {name: float(s.replace(",", "")) for name, _, s in report}
+    for name in rows:
+        row_share = rows[name] / sum(rows.values())
+        speed_share = speeds[name] / sum(speeds.values())
+        assert abs(row_share - speed_share) <= 0.25 * speed_share, (rows, speeds)
 
 
 def test_console_script_is_declared():
