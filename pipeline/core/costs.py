@@ -334,11 +334,6 @@ class RoundCostModel:
         _, per_row, sd = self._solve(self.workers[worker])
         return sd / per_row
 
-    def predicted_round_s(self, worker: Hashable, rows: float) -> float:
-        """Predicted busy plus communication seconds of ``worker`` for ``rows`` rows."""
-        fixed, per_row, _ = self._solve(self.workers[worker])
-        return fixed + rows * per_row + self.comm_s(worker)
-
     def shares(self, n_rows: int, min_rows: int = 1) -> tuple[dict[Hashable, int], float]:
         """:func:`balanced_shares` of ``n_rows`` over the measured workers."""
         measured = [w for w in self.workers if self.is_measured(w)]
