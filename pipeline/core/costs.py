@@ -15,8 +15,11 @@ several periods of the OS's CPU scheduler (a round shorter than one period can r
 throttled worker at full speed in one burst). :func:`balanced_shares` solves for the shares
 with equal predicted finish times, fixed costs and communication included.
 
-Everything here is numpy and arithmetic: no Dask. The trainer does not use it yet (it
-partitions by :class:`hmdspt.core.speed.OnlineScorer`); see ``docs/design.md``, "Round cost
+:class:`MoveCost` predicts what moving rows costs, from the stagings and re-balances
+measured, so that rows move only when the predicted saving over the rest of the fit exceeds
+it (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`).
+
+Everything here is numpy and arithmetic: no Dask. See ``docs/design.md``, "Round cost
 model".
 """
 
@@ -30,12 +33,14 @@ import numpy as np
 
 from hmdspt.core.partition import apportion
 
-__all__ = ["MAX_SPEED_OVER_NAIVE", "RoundCostModel", "WorkerCost", "balanced_shares"]
+__all__ = ["MAX_SPEED_OVER_NAIVE", "MoveCost", "RoundCostModel", "WorkerCost", "balanced_shares"]
 
 # The most speed a fit may credit a worker with beyond its plain rows / busy seconds.
 MAX_SPEED_OVER_NAIVE = 4.0
 # Busy seconds below which a window tells nothing (below any timer's resolution).
 MIN_BUSY_S = 1e-7
+# Rows per round must differ this much between windows before a fixed cost is fitted.
+MIN_SIZE_SPREAD = 1.05
 
 
 def balanced_shares(
@@ -134,6 +139,11 @@ class WorkerCost:
         Exponentially weighted communication seconds per round (nan before any).
     n_windows : int
         Windows fitted so far.
+    round_sizes : list of float
+        Fewest and most rows per round among the fitted windows (probes aside).
+    shifted : list of tuple
+        Consecutive recent windows far off the fit on the same side (a candidate change
+        of speed, see :class:`RoundCostModel`).
     """
 
     xtx: np.ndarray = field(default_factory=lambda: np.zeros((2, 2)))
@@ -143,6 +153,8 @@ class WorkerCost:
     window: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     comm_s: float = math.nan
     n_windows: int = 0
+    round_sizes: list[float] = field(default_factory=lambda: [math.inf, 0.0])
+    shifted: list[tuple[float, float, float, int]] = field(default_factory=list)
 
 
 class RoundCostModel:
@@ -160,6 +172,10 @@ class RoundCostModel:
     weak prior that the fixed cost is ``prior_fixed_s`` settles that direction until share
     sizes differ (they do: ramp rounds, re-balances, an epoch's last round).
 
+    A worker that changes speed (a neighbour's job, a straggler) is followed at once:
+    ``shift_windows`` windows in a row whose busy time is ``shift_factor`` times the fit's
+    prediction or more (or as much less), on the same side, restart its fit from them.
+
     Parameters
     ----------
     min_window_s : float, default=0.3
@@ -170,6 +186,10 @@ class RoundCostModel:
         Fixed cost assumed before the data separate it.
     prior_weight : float, default=0.001
         Weight of that prior, in windows.
+    shift_factor : float, default=1.5
+        A window this many times slower or faster than predicted is a candidate change.
+    shift_windows : int, default=2
+        Candidates in a row, on the same side, that restart the fit.
 
     Examples
     --------
@@ -186,6 +206,8 @@ class RoundCostModel:
         halflife: float = 4.0,
         prior_fixed_s: float = 0.0,
         prior_weight: float = 0.001,
+        shift_factor: float = 1.5,
+        shift_windows: int = 2,
     ) -> None:
         for name, value, low in (
             ("min_window_s", min_window_s, 0.0),
@@ -197,6 +219,13 @@ class RoundCostModel:
             raise ValueError(f"halflife must be a positive number, got {halflife!r}")
         if not (math.isfinite(prior_weight) and prior_weight > 0):
             raise ValueError(f"prior_weight must be a positive number, got {prior_weight!r}")
+        if not (math.isfinite(shift_factor) and shift_factor > 1) or shift_windows < 1:
+            raise ValueError(
+                f"shift_factor must be > 1 and shift_windows >= 1, got {shift_factor!r}, "
+                f"{shift_windows!r}"
+            )
+        self.shift_factor = float(shift_factor)
+        self.shift_windows = int(shift_windows)
         self.min_window_s = float(min_window_s)
         self.halflife = float(halflife)
         self.prior_fixed_s = float(prior_fixed_s)
@@ -240,8 +269,51 @@ class RoundCostModel:
         window[1] += float(rows)
         window[2] += float(busy_s)
         if window[2] >= self.min_window_s:
+            self._close(worker, cost)
+
+    def _close(self, worker: Hashable, cost: WorkerCost) -> None:
+        """Fit ``worker``'s window. A window far off the fit is held back until the next
+        says whether the worker changed speed (then its fit restarts from the newest
+        window, the first one wholly at the new pace) or not (then it was an outlier, a
+        hiccup of the machine, and is dropped: in a fit of the slope one outlier at a
+        share size would read as a change of slope)."""
+        window, cost.window = cost.window, [0.0, 0.0, 0.0]
+        side = self._side(cost, *window)
+        if not side or (cost.shifted and cost.shifted[-1][3] != side):
+            cost.shifted = []
+        if not side:
             self._fit(cost, *window)
-            cost.window = [0.0, 0.0, 0.0]
+            return
+        cost.shifted.append((*window, side))
+        if len(cost.shifted) >= self.shift_windows:
+            fresh = WorkerCost(comm_s=cost.comm_s)
+            self.workers[worker] = fresh
+            # The first window held may span the change: half old pace, half new, it
+            # would read as a fixed cost (0.06 s a round in the simulator's straggler).
+            self._fit(fresh, *cost.shifted[-1][:3])
+
+    def _side(self, cost: WorkerCost, rounds: float, rows: float, busy: float) -> int:
+        """+1 (-1) if ``busy`` is ``shift_factor`` times the fit's prediction or more (or
+        as much less), else 0: also before any measurement, and at a share size the fit
+        cannot predict yet."""
+        if not (cost.xtx[1, 1] > 0 and busy >= MIN_BUSY_S):
+            return 0
+        sizes = cost.round_sizes
+        if rounds > 0 and math.isfinite(sizes[0]) and not sizes[1] > MIN_SIZE_SPREAD * sizes[0]:
+            # Before the fixed cost is separable, busy time is predicted in proportion to
+            # rows; within a factor tol of the sizes seen, that is off by at most tol
+            # whatever the fixed cost, which stays under shift_factor.
+            size, tol = rows / rounds, math.sqrt(self.shift_factor)
+            if not sizes[0] / tol <= size <= sizes[1] * tol:
+                return 0
+        # The best prediction, not the shares' bounded credit (_solve's cap on the speed).
+        fixed, per_row, _ = self._estimate(cost)
+        if not (sizes[1] > MIN_SIZE_SPREAD * sizes[0] and fixed >= 0 and per_row > 0):
+            fixed = self.prior_fixed_s
+            per_row = (cost.xty[1] - fixed * cost.xtx[0, 1]) / cost.xtx[1, 1]
+        predicted = rounds * fixed + rows * per_row
+        ratio = busy / predicted if predicted > 0 else 1.0
+        return 1 if ratio > self.shift_factor else -1 if ratio < 1 / self.shift_factor else 0
 
     def _cost(self, worker: Hashable) -> WorkerCost:
         self.add_worker(worker)
@@ -266,6 +338,9 @@ class RoundCostModel:
         cost.xty = cost.xty + w * busy * x
         cost.n_eff = self.decay * cost.n_eff + 1.0
         cost.n_windows += 1
+        if rounds > 0:
+            sizes = cost.round_sizes
+            sizes[0], sizes[1] = min(sizes[0], rows / rounds), max(sizes[1], rows / rounds)
         if cost.xtx[1, 1] > 0:
             fixed, per_row = self._estimate(cost)[:2]
             residual = (busy - rounds * fixed - rows * per_row) / busy
@@ -304,7 +379,16 @@ class RoundCostModel:
             # Residuals after their own fit understate the noise: the usual dof factor.
             var = cost.rel_var / (cost.n_eff - 2.0) * inverse[1, 1]
             sd = math.sqrt(var) if var >= 0 else math.inf
-        if not fixed >= 0:
+        sizes = cost.round_sizes
+        if not sizes[1] > MIN_SIZE_SPREAD * sizes[0]:
+            # Windows of one share size (a probe aside) cannot separate the fixed cost: one
+            # fitted now would be noise or a window spanning a change of speed, and a large
+            # one would starve the worker. The prior's fixed cost stands until they differ.
+            fixed = self.prior_fixed_s
+            per_row = (cost.xty[1] - fixed * cost.xtx[0, 1]) / cost.xtx[1, 1]
+            if not per_row > 0:
+                fixed, per_row = 0.0, naive
+        elif not fixed >= 0:
             fixed, per_row = 0.0, naive
         elif not (per_row >= naive / MAX_SPEED_OVER_NAIVE or per_row > 2.0 * sd):
             # A busy time that hardly grows with rows, within its noise: credit at most
@@ -344,5 +428,64 @@ class RoundCostModel:
         fixed = {w: s[0] + self.comm_s(w) for w, s in solved.items()}
         return balanced_shares(n_rows, speeds, fixed, min_rows=min_rows)
 
+    def epoch_costs(
+        self, workers: list[Hashable], rounds_per_epoch: int, fallback: Mapping[Hashable, float]
+    ) -> tuple[dict[Hashable, float], dict[Hashable, float]]:
+        """Speeds and fixed seconds per epoch of ``workers``, as partition policies take them.
+
+        An epoch of ``rounds_per_epoch`` rounds costs a worker ``rounds_per_epoch * fixed_s
+        + rows / speed`` of busy time. Communication is left out: the driver measures it as
+        arrival minus busy time, which includes the order in which the driver takes the
+        workers' deltas in, and fewer rows would not shorten that (in the README's example
+        the first round's communication moved 4,720 rows to the worker measured quickest
+        to answer, whose busy time then came to 1.39 s against the others' 0.80-1.01 s). A
+        worker not measured yet gets its ``fallback`` speed and no fixed cost.
+        """
+        speeds, fixed = {}, {}
+        for w in workers:
+            if w in self.workers and self.is_measured(w):
+                f, per_row, _ = self._solve(self.workers[w])
+                speeds[w] = 1.0 / per_row
+                fixed[w] = rounds_per_epoch * f
+            else:
+                speeds[w], fixed[w] = float(fallback[w]), 0.0
+        return speeds, fixed
+
     def __repr__(self) -> str:
         return f"RoundCostModel(min_window_s={self.min_window_s:g}, workers={len(self.workers)})"
+
+
+class MoveCost:
+    """Seconds that moving rows costs, ``fixed_s + rows / rate``, fitted from what was measured.
+
+    Every staging and re-balance is one observation (rows moved, seconds it took); the fit
+    is :class:`RoundCostModel`'s, with a window per observation. Before any observation a
+    move is predicted to cost nothing.
+
+    Examples
+    --------
+    >>> cost = MoveCost()
+    >>> cost.observe(100_000, 0.1)  # a staging: 1e6 rows/s, fixed cost not yet separable
+    >>> cost.observe(5_000, 0.055)  # a re-balance: 50 ms of fixed cost show
+    >>> round(cost.seconds(10_000), 3)
+    0.057
+    """
+
+    KEY = "moves"
+
+    def __init__(self) -> None:
+        # Every move is its own window, and none is held back as a change of pace.
+        self.model = RoundCostModel(min_window_s=0.0, shift_factor=1e12)
+
+    def observe(self, rows: float, seconds: float) -> None:
+        """Fold in one staging or re-balance: ``rows`` moved in ``seconds``."""
+        if rows > 0:
+            self.model.observe(self.KEY, rows, seconds)
+
+    def seconds(self, rows: float) -> float:
+        """Predicted seconds to move ``rows`` rows (0 before any observation)."""
+        if rows <= 0 or self.KEY not in self.model.workers:
+            return 0.0
+        if not self.model.is_measured(self.KEY):
+            return 0.0
+        return self.model.fixed_s(self.KEY) + rows / self.model.speed(self.KEY)
