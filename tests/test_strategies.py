@@ -228,6 +228,33 @@ def test_partition_policies_share_and_plan():
     }
 
 
+def test_with_fixed_costs_the_plan_aims_at_equal_finish_times():
+    speeds = {"a": 1000.0, "b": 1000.0}
+    policy = get_partition("proportional")
+    current = {"a": 500, "b": 500}
+    assert policy.plan(current, speeds, 1000) is None  # proportional: nothing to move
+    moves = policy.plan(current, speeds, 1000, fixed_s={"a": 0.0, "b": 0.1})
+    # 0 + n_a / 1000 = 0.1 + n_b / 1000: a takes 550, b 450
+    assert partition.apply_moves(current, moves) == {"a": 550, "b": 450}
+
+
+def test_rows_move_only_when_the_saving_over_the_epochs_left_pays_for_the_move():
+    speeds = {"a": 1000.0, "b": 500.0}
+    policy = get_partition("proportional")
+    current = {"a": 500, "b": 500}  # epoch 1.0 s; balanced (667 / 333) 0.667 s
+    kwargs = dict(fixed_s={}, move_cost=lambda rows: 0.01 * rows)  # 167 rows: 1.67 s
+    assert policy.plan(current, speeds, 1000, epochs_left=4.0, **kwargs) is None  # 1.33 s
+    moves = policy.plan(current, speeds, 1000, epochs_left=6.0, **kwargs)  # 2.0 s saved
+    assert partition.apply_moves(current, moves) == {"a": 667, "b": 333}
+    # a join moves rows whatever they cost; so does a member below min_rows
+    joined = {"a": 1000, "b": 0}
+    assert policy.plan(joined, speeds, 1000, epochs_left=0.1, **kwargs)
+    assert policy.plan(joined, speeds, 1000, force=True, epochs_left=0.0, **kwargs)
+    # the threshold still holds back a gain within the noise, however cheap the move
+    near = {"a": 660, "b": 340}
+    assert policy.plan(near, speeds, 1000, fixed_s={}, epochs_left=100.0) is None
+
+
 # --- the grep rule, as a test -----------------------------------------------------------
 STRATEGY_NAMES = set(BUILT_IN_SYNC) | set(BUILT_IN_PARTITION)
 #: What a strategy's name (or its worker mode) is held in.

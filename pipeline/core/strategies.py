@@ -31,12 +31,12 @@ in the trainer. Everything here is numpy and the core.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from hmdspt.core import merge, partition
+from hmdspt.core import costs, merge, partition
 
 if TYPE_CHECKING:
     from hmdspt.core.nn import MLP
@@ -285,14 +285,36 @@ class PartitionPolicy:
         fitting = partition.fitting_workers(n_rows, self.weights(scores), self.min_rows)
         return partition.apportion(n_rows, fitting, self.min_rows)
 
+    def target(
+        self,
+        n_rows: int,
+        weights: Mapping[Hashable, float],
+        fixed_s: Mapping[Hashable, float] | None = None,
+    ) -> dict[Hashable, int]:
+        """The layout a re-balance moves to: ``n_rows`` apportioned by ``weights``."""
+        return partition.apportion(n_rows, weights, self.min_rows)
+
     def plan(
         self,
         current: Mapping[Hashable, int],
         scores: Mapping[Hashable, float],
         n_rows: int,
         force: bool = False,
+        *,
+        fixed_s: Mapping[Hashable, float] | None = None,
+        epochs_left: float | None = None,
+        move_cost: Callable[[int], float] | None = None,
     ) -> list[partition.Move] | None:
         """Moves to carry out before the next round, or None to keep the layout.
+
+        Without ``fixed_s`` the target is proportional to ``scores`` and the rows move when
+        the predicted round time improves by more than ``threshold``
+        (:class:`hmdspt.core.partition.RebalancePolicy`). With it, an epoch of worker ``i``
+        is predicted to take ``fixed_s[i] + rows_i / scores[i]``, the target is
+        :meth:`target` (for proportional shares: equal finish times) and the improvement
+        is measured on that prediction. With ``epochs_left`` and ``move_cost`` as well,
+        rows move only when the saving over the rest of the fit, ``epochs_left`` times the
+        epoch's predicted improvement, exceeds ``move_cost(rows moved)``.
 
         Parameters
         ----------
@@ -300,13 +322,21 @@ class PartitionPolicy:
             Rows each member holds now (0 for members without rows), in the order of
             ``scores``.
         scores : mapping of worker to float
-            Every member's score.
+            Every member's speed, rows per second.
         n_rows : int
             Rows of the data set.
         force : bool, default=False
             Plan even when this policy does not re-balance (a worker joined and must be
             given rows), and rank again which workers hold rows when there are fewer rows
-            than workers.
+            than workers; neither the threshold nor the cost of moving holds it back.
+        fixed_s : mapping of worker to float, optional
+            Seconds per epoch each worker spends whatever its share (per-round fixed costs
+            and communication, times rounds per epoch).
+        epochs_left : float, optional
+            Epochs the fit has still to run (the saving is earned over them).
+        move_cost : callable, optional
+            Predicted seconds of moving a number of rows
+            (:meth:`hmdspt.core.costs.MoveCost.seconds`).
 
         Returns
         -------
@@ -321,7 +351,39 @@ class PartitionPolicy:
             # Fewer rows than workers: the holders keep them while their ranking by
             # (noisy) scores changes; a join (force) ranks again.
             fitting = {w: weights[w] for w in holders}
-        return self.rebalancer.decide(current, fitting)
+        if fixed_s is None and move_cost is None:
+            return self.rebalancer.decide(current, fitting)
+        fixed = {w: float(fixed_s.get(w, 0.0)) for w in fitting} if fixed_s else None
+        target = self.target(sum(current.values()), fitting, fixed)
+        moves = partition.plan_moves(current, target)
+        if not moves:
+            return None
+        joined = any(current.get(w, 0) < self.min_rows for w in fitting)
+        if force or joined:  # correctness, not speed: no hysteresis
+            return moves
+        now = _epoch_s(current, scores, fixed)
+        after = _epoch_s(target, scores, fixed)
+        saving = now - after
+        if not saving > self.rebalancer.threshold * now:
+            return None
+        if epochs_left is not None and move_cost is not None:
+            if not epochs_left * saving > move_cost(sum(m.rows for m in moves)):
+                return None
+        return moves
+
+
+def _epoch_s(
+    counts: Mapping[Hashable, int],
+    speeds: Mapping[Hashable, float],
+    fixed_s: Mapping[Hashable, float] | None,
+) -> float:
+    """Predicted seconds of an epoch on layout ``counts``: its slowest holder's."""
+    worst = 0.0
+    for w, n in counts.items():
+        if n:
+            extra = fixed_s.get(w, 0.0) if fixed_s else 0.0
+            worst = max(worst, extra + n / speeds[w])
+    return worst
 
 
 class ProportionalPartition(PartitionPolicy):
@@ -331,6 +393,18 @@ class ProportionalPartition(PartitionPolicy):
     def weights(self, scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
         """The scores themselves."""
         return dict(scores)
+
+    def target(
+        self,
+        n_rows: int,
+        weights: Mapping[Hashable, float],
+        fixed_s: Mapping[Hashable, float] | None = None,
+    ) -> dict[Hashable, int]:
+        """Shares with equal predicted finish times, fixed costs included
+        (:func:`hmdspt.core.costs.balanced_shares`); proportional without them."""
+        if not fixed_s:
+            return super().target(n_rows, weights)
+        return costs.balanced_shares(n_rows, weights, fixed_s, min_rows=self.min_rows)[0]
 
 
 class EqualPartition(PartitionPolicy):
