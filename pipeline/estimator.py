@@ -88,6 +88,7 @@ _TRAINER_OPTION_CONSTRAINTS: dict = {
     "max_ramp_rounds": [Interval(Integral, 0, None, closed="left")],
     "probe_seconds": [None, Interval(Real, 0, None, closed="neither")],
     "reuse_speeds_s": [Interval(Real, 0, None, closed="left")],
+    "cost_window_s": [Interval(Real, 0, None, closed="left")],
     "rebalance_threshold": [Interval(Real, 0, None, closed="left")],
     "min_rows": [Interval(Integral, 0, None, closed="left")],
     "broadcast_timeout_s": [Interval(Real, 0, None, closed="neither")],
@@ -922,8 +923,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
-        ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``
-        and ``eval_resolution``. An unknown key fails the fit, in-process too.
+        ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
+        ``broadcast_timeout_s`` and ``eval_resolution``. An unknown key fails the fit,
+        in-process too.
 
     Attributes
     ----------
@@ -1231,8 +1233,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
-        ``reuse_speeds_s``, ``rebalance_threshold``, ``min_rows``, ``broadcast_timeout_s``
-        and ``eval_resolution``. An unknown key fails the fit, in-process too.
+        ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
+        ``broadcast_timeout_s`` and ``eval_resolution``. An unknown key fails the fit,
+        in-process too.
 
     Attributes
     ----------

@@ -3,10 +3,11 @@
 The simulator replaces the cluster, not the algorithm: it drives the same partition policy
 object as :mod:`hmdspt.parallel.trainer` (:func:`hmdspt.core.strategies.get_partition`): the
 policy's ``uses_speeds`` says whether the workers are probed first, its ``shares`` give the
-first shards, and every round the simulated measurements (rows, busy seconds) go to the
-project's real :class:`hmdspt.core.speed.OnlineScorer` and the policy's ``plan`` (the
-trainer's re-balance decision) says whether and how to move rows. Only the clock is
-simulated.
+first shards, and every round the simulated measurements (rows, busy and communication
+seconds) go to the project's real :class:`hmdspt.core.costs.RoundCostModel` and the
+policy's ``plan`` (the trainer's re-balance decision, with the same speeds, fixed costs,
+epochs left and :class:`hmdspt.core.costs.MoveCost`) says whether and how to move rows.
+Only the clock is simulated.
 
 A round (times from the round's start, docs/design.md, "The round"):
 
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import partition, strategies
+from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.speed import OnlineScorer
 
 __all__ = [
@@ -212,7 +214,9 @@ class SimResult:
     rows_moved : ndarray of int (rounds,)
         Rows moved by the policy after each round.
     scorer : OnlineScorer
-        The real scorer, as the run left it.
+        The plain speed estimate, as the run left it (it stands in for unmeasured workers).
+    costs : RoundCostModel
+        The real round cost model the policy was given, as the run left it.
     elapsed_s : float
         Host seconds the simulation took.
     """
@@ -234,6 +238,7 @@ class SimResult:
     efficiency: np.ndarray
     rows_moved: np.ndarray
     scorer: Any = field(repr=False, default=None)
+    costs: Any = field(repr=False, default=None)
     elapsed_s: float = 0.0
 
     def idle_fraction(self) -> np.ndarray:
@@ -344,7 +349,7 @@ def simulate_run(
     probe_noise: float = 0.0,
     rebalance_threshold: float = 0.05,
     min_rows: int = 1,
-    halflife: float = 2.0,
+    halflife: float = 4.0,
     rebalance_every: int = 1,
     bytes_per_row: float = 4 * 100,
     rows_schedule: np.ndarray | None = None,
@@ -393,7 +398,8 @@ def simulate_run(
         The policy's ``threshold`` and ``min_rows``
         (:class:`hmdspt.core.strategies.PartitionPolicy`).
     halflife : float
-        Passed to :class:`hmdspt.core.speed.OnlineScorer`.
+        Passed to :class:`hmdspt.core.costs.RoundCostModel` (windows after which a
+        window's weight has halved), as the trainer's default.
     rebalance_every : int
         Ask the policy every this many rounds (its exact-fraction apportioning costs
         ~0.1 s at 4,096 workers).
@@ -423,15 +429,21 @@ def simulate_run(
     n = n_workers
     names = list(range(n))
 
-    # the project's real scorer and the trainer's partition policy
-    scorer = OnlineScorer(halflife=halflife)
+    # the project's real cost models and the trainer's partition policy; the plain
+    # scorer only stands in for workers the cost model has not measured (equal shares)
+    scorer = OnlineScorer()
+    costs = RoundCostModel(halflife=halflife)
+    move_cost = MoveCost()
     for i in names:
         scorer.add_worker(i)
     if policy.uses_speeds:  # the trainer probes the workers
         probe = base * np.exp(rng.normal(0.0, probe_noise, n)) if probe_noise else base
         for i in names:
             scorer.update_speed(i, float(probe[i]))
+            costs.observe_probe(i, float(probe[i]), 1.0)
     counts = policy.shares(n_rows, scorer.scores())
+    # The trainer measures its first staging: modelled like a re-balance of every row.
+    move_cost.observe(n_rows, net.latency_s + n_rows / n * bytes_per_row / net.bandwidth_Bps)
 
     if rows_schedule is not None:
         rows_schedule = np.asarray(rows_schedule, dtype=float)
@@ -491,11 +503,20 @@ def simulate_run(
         ideal_s[r] = rows.sum() / eff_speed.sum()
         fastest_idle[r] = idle[int(np.argmax(eff_speed))] / wall if wall > 0 else 0.0
 
-        # --- measure (real scorer), then re-balance (the trainer's policy)
+        # --- measure (real cost model), then re-balance (the trainer's policy)
         for i in names:
             scorer.update(i, float(rows[i]), float(busy[i]))
+            costs.observe(i, float(rows[i]), float(busy[i]), float(comm[i]))
         if rows_schedule is None and (r + 1) % rebalance_every == 0:
-            moves = policy.plan(counts, scorer.scores(), n_rows)
+            speeds, fixed = costs.epoch_costs(names, rounds_per_epoch, scorer.scores())
+            moves = policy.plan(
+                counts,
+                speeds,
+                n_rows,
+                fixed_s=fixed,
+                epochs_left=(rounds - r - 1) / rounds_per_epoch,
+                move_cost=move_cost.seconds,
+            )
             if moves:
                 counts = _apply_moves(counts, moves)
                 moved = sum(m.rows for m in moves)
@@ -506,6 +527,7 @@ def simulate_run(
                 rebalance_s[r] = net.latency_s + max(per_src.values()) * bytes_per_row / (
                     net.bandwidth_Bps
                 )
+                move_cost.observe(moved, rebalance_s[r])
 
     return SimResult(
         n_workers=n,
@@ -525,6 +547,7 @@ def simulate_run(
         efficiency=np.where(wall_s > 0, ideal_s / np.where(wall_s > 0, wall_s, 1.0), 1.0),
         rows_moved=rows_moved,
         scorer=scorer,
+        costs=costs,
         elapsed_s=time.perf_counter() - t_start,
     )
 

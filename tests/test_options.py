@@ -56,6 +56,7 @@ NON_DEFAULT_OPTIONS = {
     "max_ramp_rounds": 2,
     "probe_seconds": 0.2,
     "reuse_speeds_s": 0.0,
+    "cost_window_s": 0.6,
     "rebalance_threshold": 0.1,
     "min_rows": 2,
     "broadcast_timeout_s": 30.0,

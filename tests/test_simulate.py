@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hmdspt.core import partition, speed
+from hmdspt.core import costs, strategies
 from hmdspt.simulate import Drift, NetworkModel, Stragglers, calibrate, simulate_run
 
 FREE = NetworkModel.free()
@@ -70,19 +70,19 @@ def test_tree_merge_grows_like_log_n_flat_like_n() -> None:
 
 def test_straggler_makes_real_policy_move_rows_away(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"update": 0, "decide": 0}
-    real_update = speed.OnlineScorer.update
-    real_decide = partition.RebalancePolicy.decide
+    real_update = costs.RoundCostModel.observe
+    real_decide = strategies.PartitionPolicy.plan
 
     def update(self, *a, **k):
-        calls["update"] += 1
+        calls["update"] += a[0] != costs.MoveCost.KEY  # the workers', not the moves' model
         return real_update(self, *a, **k)
 
     def decide(self, *a, **k):
         calls["decide"] += 1
         return real_decide(self, *a, **k)
 
-    monkeypatch.setattr(speed.OnlineScorer, "update", update)
-    monkeypatch.setattr(partition.RebalancePolicy, "decide", decide)
+    monkeypatch.setattr(costs.RoundCostModel, "observe", update)
+    monkeypatch.setattr(strategies.PartitionPolicy, "plan", decide)
     res = simulate_run(
         4,
         speeds="equal",
@@ -96,8 +96,8 @@ def test_straggler_makes_real_policy_move_rows_away(monkeypatch: pytest.MonkeyPa
     assert res.rows[0, 0] == 10_000
     assert res.rows[-1, 0] < 0.5 * 10_000  # rows moved away from the straggler
     assert res.rows_moved.sum() > 0
-    assert isinstance(res.scorer, speed.OnlineScorer)
-    assert res.scorer.score(0) < 0.5 * res.scorer.score(1)
+    assert isinstance(res.costs, costs.RoundCostModel)
+    assert res.costs.speed(0) < 0.5 * res.costs.speed(1)
     # after re-balancing the round is much shorter than with the straggler's full share
     assert res.wall_s[-1] < 0.6 * res.wall_s[2]
 

@@ -47,13 +47,15 @@ def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, d
     X, y = data
     Y = np.eye(3, dtype=np.float32)[y]
     log = tmp_path / "run.jsonl"
-    # threshold 0: re-balance whenever the scores predict any gain, to move rows mid-epoch.
+    # threshold 0 and a cost model fitted every round: re-balance whenever the speeds
+    # predict a gain that pays for its move, to move rows mid-epoch.
     trainer = _trainer(
         client,
         20,
         3,
         rounds_per_epoch=3,
         rebalance_threshold=0.0,
+        cost_window_s=0.0,
         record_row_ids=True,
         run_log=str(log),
         probe_seconds=0.3,

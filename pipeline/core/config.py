@@ -7,6 +7,7 @@ cluster layer.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hmdspt.core import strategies
@@ -65,9 +66,15 @@ class TrainerConfig:
         of the same model shape whose last round ended at most this many seconds ago
         (:func:`hmdspt.parallel.worker.remembered_speed`), those speeds replace the probe;
         0 always probes.
+    cost_window_s : float
+        Busy seconds over which the round cost model measures a worker before it fits a
+        point (rounds are added up until then): three periods of the Linux CFS default,
+        so that a quota-throttled worker is not measured in one burst. 0 fits every round.
     rebalance_threshold : float
-        Re-balance only when the predicted round time improves by more than this
-        fraction (hysteresis).
+        Re-balance only when the predicted epoch time improves by more than this
+        fraction (hysteresis), and, in a fit, only when the saving over the epochs left
+        exceeds the measured cost of moving the rows (docs/design.md, "Re-balancing that
+        pays").
     min_rows : int
         Fewest rows any worker keeps (so its speed keeps being measured).
     seed : int
@@ -126,6 +133,7 @@ class TrainerConfig:
     max_ramp_rounds: int = 5
     probe_seconds: float | None = None
     reuse_speeds_s: float = 600.0
+    cost_window_s: float = 0.3
     rebalance_threshold: float = 0.05
     min_rows: int = 1
     seed: int = 0
@@ -161,6 +169,10 @@ class TrainerConfig:
             raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
         if not self.reuse_speeds_s >= 0:
             raise ValueError(f"reuse_speeds_s must be >= 0, got {self.reuse_speeds_s}")
+        if not (math.isfinite(self.cost_window_s) and self.cost_window_s >= 0):
+            raise ValueError(
+                f"cost_window_s must be a finite number >= 0, got {self.cost_window_s}"
+            )
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if not self.eval_resolution >= 0:

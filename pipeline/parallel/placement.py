@@ -8,6 +8,7 @@ and writes the placement to the run log.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -43,12 +44,14 @@ class Placement:
         if t._resumed and all(t.scorer.estimates[a].n_updates for a in addresses):
             # Every worker's speed came back with the checkpoint: no probe needed.
             for addr in addresses:  # measured online before the restart
+                t.costs.observe_probe(addr, t.scorer.score(addr), 1.0)
                 self.log_score(addr, t.scorer.score(addr), "online", restored=True)
             return
         remembered = self.remembered_speeds(addresses)
         if remembered is not None:
             for addr, memory in remembered.items():
                 t.scorer.update_speed(addr, memory["speed"])
+                t.costs.observe_probe(addr, memory["speed"], 1.0)
                 self.log_score(
                     addr,
                     memory["speed"],
@@ -70,6 +73,7 @@ class Placement:
         )
         for addr, speed in probe.items():
             t.scorer.update_speed(addr, speed)
+            t.costs.observe_probe(addr, speed, 1.0)
             self.log_score(addr, speed, "probe", round_=0)
 
     def remembered_speeds(self, addresses: list[str]) -> dict[str, dict] | None:
@@ -96,15 +100,30 @@ class Placement:
             return None
         return memories
 
-    def maybe_rebalance(self, force: bool = False) -> None:
+    def maybe_rebalance(self, force: bool = False, epochs_left: float | None = None) -> None:
         """Move rows when the partition policy's plan says so
         (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`; ``force``: also a policy that
-        does not re-balance, which must take in a worker that joined)."""
+        does not re-balance, which must take in a worker that joined).
+
+        The plan weighs the round cost model's speeds and fixed costs; with
+        ``epochs_left``, rows move only when the saving over those epochs exceeds what
+        moving them is predicted to cost (:class:`hmdspt.core.costs.MoveCost`).
+        """
         t = self.trainer
         members = sorted(t.active)
         current = {a: t.staged.counts.get(a, 0) for a in members}
-        scores = {a: t.scorer.score(a) for a in members}
-        moves = t.partition_policy.plan(current, scores, t.n_rows, force=force)
+        speeds, fixed = t.costs.epoch_costs(
+            members, t._rounds_per_epoch, {a: t.scorer.score(a) for a in members}
+        )
+        moves = t.partition_policy.plan(
+            current,
+            speeds,
+            t.n_rows,
+            force=force,
+            fixed_s=fixed,
+            epochs_left=epochs_left,
+            move_cost=t.move_cost.seconds,
+        )
         if not moves:
             return
         start = time.perf_counter()
@@ -118,9 +137,19 @@ class Placement:
                 raise
             t._sync_membership()
             return
+        seconds = time.perf_counter() - start
+        t.move_cost.observe(sum(m.rows for m in moves), seconds)
         for addr in members:
-            self.log_score(addr, t.scorer.score(addr), "online", uncertainty=t.scorer.rel_std(addr))
-        self.log_partition(t.round_index, moves, time.perf_counter() - start)
+            self.log_score(addr, speeds[addr], "online", uncertainty=self._uncertainty(addr))
+        self.log_partition(t.round_index, moves, seconds)
+
+    def _uncertainty(self, addr: str) -> float | None:
+        """Relative standard deviation of ``addr``'s speed, None while unknown."""
+        costs = self.trainer.costs
+        if addr not in costs.workers or not costs.is_measured(addr):
+            return None
+        rel = costs.speed_rel_std(addr)
+        return rel if math.isfinite(rel) else None
 
     def log_score(
         self, addr: str, score: float, source: str, round_: int | None = None, **extra: Any

@@ -63,6 +63,7 @@ class Recovery:
             t.active.discard(addr)
             if addr in t.scorer.workers:
                 t.scorer.remove_worker(addr)
+            t.costs.remove_worker(addr)
         t.staged = drop_workers(t.staged, lost)
         survivors = sorted(t.active - t.membership.gone(t.active))
         if not survivors:
@@ -142,5 +143,6 @@ class Recovery:
             )
             if addr in speeds:
                 t.scorer.update_speed(addr, speeds[addr])
+                t.costs.observe_probe(addr, speeds[addr], 1.0)
                 t.placement.log_score(addr, speeds[addr], "probe")
         t._maybe_rebalance(force=True)

@@ -45,6 +45,7 @@ from hmdspt.core.checkpoint import (
     save_checkpoint,
 )
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
+from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -173,6 +174,11 @@ class Trainer:
         self.config = config
         self.run_id = new_run_id()
         self.scorer = OnlineScorer()
+        # Shares and re-balancing follow the round cost model (fixed cost + rows / speed,
+        # over windows longer than a CPU scheduler period); moves are paid for from
+        # what moving rows was measured to cost.
+        self.costs = RoundCostModel(min_window_s=config.cost_window_s)
+        self.move_cost = MoveCost()
         self.sync_strategy = strategies.get_sync(config.sync)
         self.partition_policy = strategies.get_partition(
             config.partition, threshold=config.rebalance_threshold, min_rows=config.min_rows
@@ -421,7 +427,9 @@ class Trainer:
                 skip_lost=True,
                 key_name=self._shard_key,
             )
-            self._log_partition(self.round_index, [], time.perf_counter() - t0)
+            staging_s = time.perf_counter() - t0
+            self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
+            self._log_partition(self.round_index, [], staging_s)
             lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
             if lost:
                 self._recover(lost)  # raises when nobody is left
@@ -484,7 +492,9 @@ class Trainer:
                     # on_epoch_end, so the caller's epoch book-keeping is in it.
                     if not last and self.round_index % cfg.checkpoint_every == 0:
                         self._save_checkpoint(epoch, epoch_complete=False)
-                    self._maybe_rebalance()
+                    self._maybe_rebalance(
+                        epochs_left=max_epochs - epoch + (len(schedule) - r - 1) / len(schedule)
+                    )
                 if out_of_time:
                     if on_epoch_end is not None:
                         on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
@@ -758,9 +768,9 @@ class Trainer:
         self.rounds.apply(results)
 
     # -------------------------------------------------------------- rebalance
-    def _maybe_rebalance(self, force: bool = False) -> None:
+    def _maybe_rebalance(self, force: bool = False, epochs_left: float | None = None) -> None:
         """Move rows when the partition policy's plan says so (:class:`Placement`)."""
-        self.placement.maybe_rebalance(force)
+        self.placement.maybe_rebalance(force, epochs_left)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
         self.placement.log_partition(round_, moves, seconds, **extra)
@@ -797,6 +807,13 @@ class Trainer:
             pass
         self.membership.close()  # no handler of this fit stays on the client
 
+    def _speed(self, addr: str) -> float:
+        """A worker's speed as its shares follow it: the round cost model's once it has
+        measured the worker, else the scorer's (0 for a worker never scored)."""
+        if addr in self.costs.workers and self.costs.is_measured(addr):
+            return float(self.costs.speed(addr))
+        return float(self.scorer.score(addr)) if addr in self.scorer.workers else 0.0
+
     def report(self) -> dict[str, dict[str, float]]:
         """Per worker: rows held, busy s, idle s, idle fraction, final score."""
         totals: dict[str, dict[str, float]] = {}
@@ -811,5 +828,5 @@ class Trainer:
             t = totals.setdefault(name, {"busy_s": 0.0, "comm_s": 0.0, "idle_s": 0.0})
             t["rows"] = int(counts.get(addr, 0))
             t["idle_fraction"] = t["idle_s"] / wall if wall else 0.0
-            t["score"] = float(self.scorer.score(addr)) if addr in self.scorer.workers else 0.0
+            t["score"] = self._speed(addr)
         return totals
