@@ -387,8 +387,9 @@ def _epoch_s(
 
 
 class ProportionalPartition(PartitionPolicy):
-    """``"proportional"``: rows in proportion to measured speed, re-balanced between rounds
-    when the predicted round time improves by more than ``threshold``."""
+    """``"proportional"``: rows by measured speed (with fixed costs: equal finish times),
+    re-balanced between rounds when the predicted epoch improves by more than ``threshold``
+    and the saving pays for the move (:meth:`PartitionPolicy.plan`)."""
 
     def weights(self, scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
         """The scores themselves."""
