@@ -249,7 +249,7 @@ class PartitionPolicy:
         Rows move between rounds as the scores change. A worker that joins is always
         given rows (``force``).
     rebalancer : RebalancePolicy
-        The hysteresis rule and move planner.
+        Holds the validated ``threshold`` and ``min_rows`` (:meth:`plan` applies them).
     """
 
     uses_speeds: ClassVar[bool] = True
@@ -307,14 +307,13 @@ class PartitionPolicy:
     ) -> list[partition.Move] | None:
         """Moves to carry out before the next round, or None to keep the layout.
 
-        Without ``fixed_s`` the target is proportional to ``scores`` and the rows move when
-        the predicted round time improves by more than ``threshold``
-        (:class:`hmdspt.core.partition.RebalancePolicy`). With it, an epoch of worker ``i``
-        is predicted to take ``fixed_s[i] + rows_i / scores[i]``, the target is
-        :meth:`target` (for proportional shares: equal finish times) and the improvement
-        is measured on that prediction. With ``epochs_left`` and ``move_cost`` as well,
-        rows move only when the saving over the rest of the fit, ``epochs_left`` times the
-        epoch's predicted improvement, exceeds ``move_cost(rows moved)``.
+        An epoch of worker ``i`` is predicted to take ``fixed_s[i] + rows_i / scores[i]``
+        (no fixed cost without ``fixed_s``); the target is :meth:`target` (for proportional
+        shares: equal finish times, proportional to ``scores`` without fixed costs), and
+        the rows move when it shortens the predicted epoch by more than ``threshold``. With
+        ``epochs_left`` and ``move_cost`` as well, they move only when the saving over the
+        rest of the fit, ``epochs_left`` times the epoch's predicted improvement, exceeds
+        ``move_cost(rows moved)``.
 
         Parameters
         ----------
@@ -351,8 +350,6 @@ class PartitionPolicy:
             # Fewer rows than workers: the holders keep them while their ranking by
             # (noisy) scores changes; a join (force) ranks again.
             fitting = {w: weights[w] for w in holders}
-        if fixed_s is None and move_cost is None:
-            return self.rebalancer.decide(current, fitting)
         fixed = {w: float(fixed_s.get(w, 0.0)) for w in fitting} if fixed_s else None
         target = self.target(sum(current.values()), fitting, fixed)
         moves = partition.plan_moves(current, target)
