@@ -293,26 +293,30 @@ def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
 
 @pytest.mark.timeout(90)
 def test_adaptive_probe_stops_early_on_steady_workers(emulated):
-    """On a quiet machine every worker is measured to the tolerance before ``max_seconds``.
+    """Every worker is measured to the tolerance and stops there, before the budget.
 
-    Retried like the acceptance test: a busy machine makes chunk speeds noisy, and the
-    probe rightly runs longer; on this 2-core machine, quiet, the slowest worker's error
-    after 2 s has also been measured at 4.8-5.8 % (2026-12-01), either side of the 5 %.
+    The budget is raised above the default 2 s: on this 2-core machine, quiet, the slowest
+    emulated worker's error after 2 s has been measured at 4.8-5.8 % (2026-12-01), either
+    side of the 5 %, so the default budget would make the test a coin toss. Retried like the
+    acceptance test, because a busy machine makes chunk speeds noisy.
     """
     _, client = emulated
+    budget = 8.0
     attempts = []
     for _ in range(3):
-        result, foreign = _foreign_cores(client, lambda: probe_workers(client, LAYERS))
+        result, foreign = _foreign_cores(
+            client, lambda: probe_workers(client, LAYERS, max_seconds=budget)
+        )
         stops = {d["stop"] for d in result.details.values()}
         busy = max(d["busy_s"] for d in result.details.values())
         attempts.append(f"{result.summary()} with {foreign:.2f} foreign cores busy")
         assert stops <= {"rel_tol", "max_seconds"}, attempts
-        assert busy < 2.0 + 0.5, attempts  # max_seconds (default 2) plus the last chunk
+        assert busy < budget + 0.5, attempts  # the budget plus the last chunk
         if stops == {"rel_tol"}:
             # Stopped by the tolerance, not by the budget: that is what "early" means here;
-            # how far before max_seconds is a speed, left to the benchmarks.
+            # how far before the budget is a speed, left to the benchmarks.
             assert all(d["rel_se"] < 0.05 and d["busy_s"] >= 0.1 for d in result.details.values())
-            print(attempts)
+            assert busy < budget, attempts
             return
     pytest.fail(f"probe ran to max_seconds in every attempt: {attempts}")
 
