@@ -13,7 +13,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import hmdspt.core.costs
-from hmdspt.core.costs import MAX_SPEED_OVER_NAIVE, MoveCost, RoundCostModel, balanced_shares
+from hmdspt.core.costs import (
+    MAX_SPEED_OVER_NAIVE,
+    MIN_SIZE_SPREAD,
+    MoveCost,
+    RoundCostModel,
+    balanced_shares,
+)
 
 
 def test_the_module_examples_hold():
@@ -89,6 +95,8 @@ def test_three_exact_rounds_of_two_share_sizes_give_the_true_speed_whatever_the_
     # No positive feedback: the speed is the slope, whatever the shares were, even tiny.
     timed = [r for r in rows if r or fixed]  # a round of no rows and no time tells nothing
     assume(len(timed) >= 3 and len({r for r in timed if r}) >= 2)
+    # Sizes within MIN_SIZE_SPREAD of each other keep the prior's fixed cost by design.
+    assume(max(timed) > MIN_SIZE_SPREAD * min(timed))
     model = RoundCostModel(min_window_s=0.0, prior_weight=1e-9)
     for r in rows:
         model.observe("a", r, fixed + r / speed)
