@@ -447,7 +447,7 @@ def run_hmdspt(
     )
     return PeerRun(
         f"HMDSPT {partition}",
-        f"{len(tb.slots)} groups ({_cores(tb)} core), {clf.rounds_per_epoch} rounds per epoch",
+        f"{len(tb.slots)} groups ({_cores(tb)} core), rounds per epoch {clf.rounds_per_epoch}",
         result,
         group_cpu_s=cpu,
         note=note,

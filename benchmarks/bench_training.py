@@ -457,8 +457,8 @@ def emulated(args, epochs: int, box: float) -> None:
                 hidden_layer_sizes=(256, 128), max_iter=3 * epochs, batch_size=128, random_state=0
             )
             # HAR's accuracy scatters by about a point run to run and seed to seed, so it is
-            # averaged over 8 runs and paired by seed; its short epochs keep the default 4
-            # rounds per epoch (docs/design.md, "Benchmark set-up").
+            # averaged over 8 runs and paired by seed; it keeps the estimator's default rounds
+            # per epoch (docs/design.md, "Benchmark set-up").
             har_rpe = BPNNClassifier().rounds_per_epoch
             _, har_target = compare_on(
                 client,

@@ -59,6 +59,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _rounds_per_epoch(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'auto' or a positive integer, got {text!r}"
+        ) from None
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -534,9 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--rounds-per-epoch",
-        type=_positive_int,
+        type=_rounds_per_epoch,
         default=trainer_default["rounds_per_epoch"],
-        help="synchronisation rounds an epoch is split into; ignored by --sync bsp "
+        help="synchronisation rounds an epoch is split into, or auto: as many as keep each "
+        "round's measured overhead within 5 %% of it; ignored by --sync bsp "
         "(default: %(default)s)",
     )
     train.add_argument("--run-dir", default="runs", help="folder of run logs (default: runs)")
@@ -589,10 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--epochs", type=_positive_int, default=8, help="epochs (default: 8)")
     compare.add_argument(
         "--rounds-per-epoch",
-        type=_positive_int,
+        type=_rounds_per_epoch,
         default=trainer_default["rounds_per_epoch"],
-        help="synchronisation rounds an epoch is split into, for the strategies that merge "
-        "deltas (hmdspt, local) (default: %(default)s)",
+        help="synchronisation rounds an epoch is split into, or auto (see train), for the "
+        "strategies that merge deltas (hmdspt, local) (default: %(default)s)",
     )
     compare.add_argument(
         "--max-seconds",

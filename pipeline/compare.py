@@ -90,7 +90,7 @@ WARM_UP_ROWS = 60_000
 WARM_UP_ROW_PASSES = 300_000
 
 
-def _warm_up(client, X, y, params: dict, rounds_per_epoch: int) -> None:
+def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     """An untimed short fit on the cluster before the timed runs.
 
     The first fit on a fresh cluster pays one-off costs (imports on the workers, their first
@@ -165,7 +165,7 @@ def run_comparison(
     params: dict | None = None,
     run_dir: str | Path = "runs",
     max_seconds: float | None = None,
-    rounds_per_epoch: int = 1,
+    rounds_per_epoch: int | str = 1,
     target_drop: float = 0.01,
     eval_rows: int = 20_000,
     echo=None,
@@ -186,8 +186,9 @@ def run_comparison(
         Where the cluster runs' logs go (``<run_dir>/<name>.jsonl``).
     max_seconds : float, optional
         Time box of each run (needed for ``bsp``: one cluster round trip per mini-batch).
-    rounds_per_epoch : int, default=1
-        Rounds per epoch of the delta-merging strategies.
+    rounds_per_epoch : int or "auto", default=1
+        Rounds per epoch of the delta-merging strategies (``"auto"``: sized from measured
+        costs, see :class:`hmdspt.estimator.BPNNClassifier`).
     target_drop : float, default=0.01
         Target accuracy = in-process BPNNClassifier's final accuracy minus this.
     eval_rows : int, default=20000

@@ -78,6 +78,8 @@ _TRAINER_PARAMETERS = (
 #: ``emulation`` (from the client's cluster) and ``record_row_ids`` (an audit of the
 #: ``Trainer`` object, which the estimator does not expose).
 _TRAINER_OPTION_CONSTRAINTS: dict = {
+    "sync_budget": [Interval(Real, 0, 1, closed="neither")],
+    "max_local_steps": [Interval(Integral, 1, None, closed="left")],
     "block_lr": [Interval(Real, 0, None, closed="neither")],
     "normalize_steps": ["boolean"],
     "topk": [Interval(Real, 0, 1, closed="right")],
@@ -178,7 +180,7 @@ class _BaseBPNN(BaseEstimator):
         # The registries' live key views: a strategy registered later is accepted too.
         "partition": [StrOptions(PARTITION_POLICIES.keys())],
         "sync": [StrOptions(SYNC_STRATEGIES.keys())],
-        "rounds_per_epoch": [Interval(Integral, 1, None, closed="left")],
+        "rounds_per_epoch": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "block_momentum": [Interval(Real, 0, 1, closed="left")],
         "compression": [StrOptions(set(COMPRESSION_MODES))],
         "run_log": [None, str, os.PathLike],
@@ -886,8 +888,13 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         plain model averaging; or a gradient average after every mini-batch. A strategy
         registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
         (likewise ``partition``).
-    rounds_per_epoch : int, default=4
+    rounds_per_epoch : int or "auto", default="auto"
         Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
+        ``"auto"``: 4 in the first epoch, then in each epoch as many as keep a round's
+        measured overhead (synchronisation and fixed per-round costs) within
+        ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
+        ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
+        sized from measured costs").
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
@@ -920,7 +927,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     trainer_options : dict, default=None
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
-        of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
+        of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
+        ``max_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
@@ -1196,8 +1204,13 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         plain model averaging; or a gradient average after every mini-batch. A strategy
         registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
         (likewise ``partition``).
-    rounds_per_epoch : int, default=4
+    rounds_per_epoch : int or "auto", default="auto"
         Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
+        ``"auto"``: 4 in the first epoch, then in each epoch as many as keep a round's
+        measured overhead (synchronisation and fixed per-round costs) within
+        ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
+        ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
+        sized from measured costs").
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
@@ -1230,7 +1243,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     trainer_options : dict, default=None
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
-        of :class:`hmdspt.core.config.TrainerConfig`): ``block_lr``,
+        of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
+        ``max_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,

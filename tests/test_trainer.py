@@ -129,7 +129,7 @@ def test_bad_strategy_values_are_refused(client, data):
     X, y = data
     with pytest.raises(ValueError, match="'sync' parameter"):
         BPNNClassifier(client=client, sync="async").fit(X, y)
-    with pytest.raises(ValueError, match="rounds_per_epoch must be >= 1"):
+    with pytest.raises(ValueError, match="rounds_per_epoch must be 'auto' or an integer >= 1"):
         TrainerConfig(rounds_per_epoch=0).validate()
 
 

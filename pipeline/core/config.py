@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 
 from hmdspt.core import strategies
 from hmdspt.core.merge import COMPRESSION_METHODS
+from hmdspt.core.rounds import MAX_LOCAL_STEPS, SYNC_BUDGET
 
 __all__ = ["COMPRESSION_MODES", "TrainerConfig"]
 
@@ -28,8 +30,15 @@ class TrainerConfig:
         Synchronisation strategy (:mod:`hmdspt.core.strategies`).
     partition : {"proportional", "equal"} or another key of ``strategies.PARTITION_POLICIES``
         Row shares by measured speed, or equal.
-    rounds_per_epoch : int
+    rounds_per_epoch : int or "auto"
         Rounds an epoch is split into (``sync="bsp"``: one round per global mini-batch).
+        ``"auto"``: the first epoch has ``AUTO_FIRST_EPOCH_ROUNDS``; each later one as
+        many as keep a round's measured overhead within ``sync_budget`` of the round, with
+        at most ``max_local_steps`` steps per round (:func:`hmdspt.core.rounds.size_rounds`).
+    sync_budget : float
+        ``rounds_per_epoch="auto"``: largest fraction of a round its overhead may take.
+    max_local_steps : int
+        ``rounds_per_epoch="auto"``: most mini-batch steps a worker takes in one round.
     block_momentum : float
         Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
     block_lr : float
@@ -120,7 +129,9 @@ class TrainerConfig:
 
     sync: str = "hmdspt"
     partition: str = "proportional"
-    rounds_per_epoch: int = 4
+    rounds_per_epoch: int | str = "auto"
+    sync_budget: float = SYNC_BUDGET
+    max_local_steps: int = MAX_LOCAL_STEPS
     block_momentum: float = 0.5
     block_lr: float = 1.0
     normalize_steps: bool = True
@@ -154,8 +165,14 @@ class TrainerConfig:
             raise ValueError(
                 f"compression must be one of {COMPRESSION_MODES}, got {self.compression!r}"
             )
-        if self.rounds_per_epoch < 1:
-            raise ValueError(f"rounds_per_epoch must be >= 1, got {self.rounds_per_epoch}")
+        rpe = self.rounds_per_epoch
+        whole = isinstance(rpe, Integral) and not isinstance(rpe, bool)
+        if rpe != "auto" and not (whole and rpe >= 1):
+            raise ValueError(f"rounds_per_epoch must be 'auto' or an integer >= 1, got {rpe!r}")
+        if not 0 < self.sync_budget < 1:
+            raise ValueError(f"sync_budget must be in (0, 1), got {self.sync_budget}")
+        if self.max_local_steps < 1:
+            raise ValueError(f"max_local_steps must be >= 1, got {self.max_local_steps}")
         if not 0 <= self.block_momentum < 1:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
         if self.ramp_rounds < 0:

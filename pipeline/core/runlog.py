@@ -63,6 +63,7 @@ EVENT_TYPES = (
     "score",
     "partition",
     "warm_start",
+    "round_size",
     "round",
     "worker_lost",
     "worker_joined",
@@ -531,6 +532,48 @@ class RunLogWriter:
             epochs=epochs,
             seconds=seconds,
             val_score=val_score,
+            **extra,
+        )
+
+    def round_size(
+        self,
+        epoch: int,
+        rounds_per_epoch: int,
+        compute_s: float,
+        sync_s: float,
+        fixed_s: float,
+        overhead_fraction: float,
+        bound: str,
+        **extra: Any,
+    ) -> dict:
+        """Log the rounds an epoch is split into and the costs that chose them.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch about to start.
+        rounds_per_epoch : int
+            Its regular rounds.
+        compute_s : float
+            Predicted compute of the epoch on its slowest share.
+        sync_s : float
+            Measured synchronisation per round (wall time beyond the longest busy time).
+        fixed_s : float
+            Largest fixed per-round cost measured on a worker.
+        overhead_fraction : float
+            Predicted share of a round spent on ``sync_s + fixed_s``.
+        bound : {"budget", "steps", "epoch"}
+            What decided (:class:`hmdspt.core.rounds.RoundSize`).
+        """
+        return self.write(
+            "round_size",
+            epoch=epoch,
+            rounds_per_epoch=rounds_per_epoch,
+            compute_s=compute_s,
+            sync_s=sync_s,
+            fixed_s=fixed_s,
+            overhead_fraction=overhead_fraction,
+            bound=bound,
             **extra,
         )
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from hmdspt.core import costs, merge, partition
+from hmdspt.core import costs, merge, partition, rounds
 
 if TYPE_CHECKING:
     from hmdspt.core.nn import MLP
@@ -96,8 +96,16 @@ class SyncStrategy:
     remembers_speed: ClassVar[bool] = True
 
     def rounds_per_epoch(self, n_rows: int, batch_size: int, config: Any) -> int:
-        """Regular rounds an epoch is split into: ``config.rounds_per_epoch``."""
+        """Regular rounds of the fit's first epoch: ``config.rounds_per_epoch``, or
+        :data:`hmdspt.core.rounds.AUTO_FIRST_EPOCH_ROUNDS` when that is ``"auto"``."""
+        if config.rounds_per_epoch == "auto":
+            return rounds.AUTO_FIRST_EPOCH_ROUNDS
         return int(config.rounds_per_epoch)
+
+    def sizes_rounds(self, config: Any) -> bool:
+        """Whether later epochs' rounds are sized from measured costs
+        (:func:`hmdspt.core.rounds.size_rounds`): with ``rounds_per_epoch="auto"``."""
+        return config.rounds_per_epoch == "auto"
 
     def make_momentum(self, config: Any) -> merge.BlockMomentum:
         """The driver's block momentum: none (``mu=0``, ``eta=1``: the merged update as is)."""
@@ -194,6 +202,10 @@ class BSPSync(SyncStrategy):
     def rounds_per_epoch(self, n_rows: int, batch_size: int, config: Any) -> int:
         """One round per global mini-batch: ``ceil(n_rows / batch_size)``."""
         return math.ceil(n_rows / batch_size)
+
+    def sizes_rounds(self, config: Any) -> bool:
+        """Never: a round is one global mini-batch by definition."""
+        return False
 
     def worker_alpha(self, alpha: float) -> float:
         """0: workers return data gradients only; :meth:`combine` adds the L2 term once."""

@@ -47,6 +47,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.rounds import size_rounds
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
@@ -190,7 +191,8 @@ class Trainer:
         )
         self.staged: shards.StagedData | None = None
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
-        self._rounds_per_epoch = self.config.rounds_per_epoch  # bsp: set by fit
+        # The first epoch's until fit knows the rows (bsp's) or has sized an epoch (auto).
+        self._rounds_per_epoch = self.sync_strategy.rounds_per_epoch(1, self.batch_size, config)
         self.log: RunLogWriter | None = None
         self._owner_recorded = False  # whether the scheduler knows this run's owner
         self.round_index = 0
@@ -474,6 +476,9 @@ class Trainer:
             )
             for epoch in range(start_epoch, max_epochs + 1):
                 self._epoch, self._epoch_complete = epoch, False
+                if epoch > start_epoch and self.sync_strategy.sizes_rounds(cfg):
+                    rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch)
+                    self._rounds_per_epoch = rounds_per_epoch
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 schedule = round_schedule(
@@ -806,6 +811,52 @@ class Trainer:
         except Exception:  # the cluster may be gone; nothing to clean then
             pass
         self.membership.close()  # no handler of this fit stays on the client
+
+    def _size_rounds(self, epoch: int, current: int) -> int:
+        """Rounds of ``epoch`` from the costs measured so far (:func:`size_rounds`).
+
+        The overhead is the median over the last epoch's rounds of the round's wall time
+        beyond its longest busy time (sending ``w_t``, tasks, gathering, the merge), plus
+        the largest fixed per-round cost the cost model measured; the compute is the
+        longest share's rows over its worker's speed. ``current`` stands while a worker
+        holding rows has no speed yet.
+        """
+        last = [r for r in self.history if r.epoch == epoch - 1 and r.workers]
+        counts = {a: n for a, n in self.staged.counts.items() if n}
+        speeds = {a: self._speed(a) for a in counts}
+        if not last or not counts or min(speeds.values()) <= 0:
+            return current
+        sync_s = float(
+            np.median([r.wall_s - max(w["busy_s"] for w in r.workers.values()) for r in last])
+        )
+        fixed_s = max(
+            (
+                self.costs.fixed_s(a)
+                for a in counts
+                if a in self.costs.workers and self.costs.is_measured(a)
+            ),
+            default=0.0,
+        )
+        compute_s = max(n / speeds[a] for a, n in counts.items())
+        size = size_rounds(
+            compute_s,
+            max(sync_s, 0.0) + fixed_s,
+            max(counts.values()),
+            self.batch_size,
+            budget=self.config.sync_budget,
+            max_local_steps=self.config.max_local_steps,
+        )
+        self._log(
+            "round_size",
+            epoch=epoch,
+            rounds_per_epoch=size.rounds_per_epoch,
+            compute_s=compute_s,
+            sync_s=sync_s,
+            fixed_s=fixed_s,
+            overhead_fraction=size.overhead_fraction,
+            bound=size.bound,
+        )
+        return size.rounds_per_epoch
 
     def _speed(self, addr: str) -> float:
         """A worker's speed as its shares follow it: the round cost model's once it has

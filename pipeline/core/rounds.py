@@ -1,0 +1,116 @@
+"""How many rounds an epoch is split into, chosen from measured costs (pure).
+
+A round costs its compute plus an overhead that does not shrink with its rows: the
+synchronisation (sending ``w_t``, submitting the tasks, gathering the deltas, the merge)
+and each worker's fixed cost per round. Fewer, longer rounds spend less of the fit on that
+overhead; more local steps between merges can cost accuracy, so the steps a round may hold
+are bounded (docs/design.md, "Rounds sized from measured costs").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "AUTO_FIRST_EPOCH_ROUNDS",
+    "MAX_LOCAL_STEPS",
+    "SYNC_BUDGET",
+    "RoundSize",
+    "size_rounds",
+]
+
+#: Rounds of a fit's first epoch with ``rounds_per_epoch="auto"``, before any round has
+#: measured the overhead.
+AUTO_FIRST_EPOCH_ROUNDS = 4
+
+#: Largest fraction of a round its overhead may take.
+SYNC_BUDGET = 0.05
+
+#: Most local mini-batch steps in one round: below the fewest measured to cost accuracy
+#: (324; docs/design.md, "Rounds sized from measured costs").
+MAX_LOCAL_STEPS = 256
+
+
+@dataclass(frozen=True)
+class RoundSize:
+    """A choice of rounds per epoch and what decided it.
+
+    Attributes
+    ----------
+    rounds_per_epoch : int
+        Regular rounds of the next epoch.
+    overhead_fraction : float
+        Predicted share of each round spent on overhead at that size.
+    bound : {"budget", "steps", "epoch"}
+        ``"budget"``: the most rounds whose overhead stays within the budget;
+        ``"steps"``: more rounds than the budget allows, because fewer would hold more
+        than ``max_local_steps`` steps; ``"epoch"``: one round per epoch, whose overhead
+        may still exceed the budget (rounds do not span epochs).
+    """
+
+    rounds_per_epoch: int
+    overhead_fraction: float
+    bound: str
+
+
+def size_rounds(
+    compute_s: float,
+    overhead_s: float,
+    largest_share: int,
+    batch_size: int,
+    *,
+    budget: float = SYNC_BUDGET,
+    max_local_steps: int = MAX_LOCAL_STEPS,
+) -> RoundSize:
+    """Rounds per epoch that keep each round's overhead within ``budget`` of the round.
+
+    With ``k`` rounds a round lasts ``compute_s / k + overhead_s``; its overhead fraction
+    stays within the budget while ``k <= compute_s * budget / (overhead_s * (1 - budget))``.
+    The most such rounds are chosen (frequent merges, frequent chances to re-balance), but
+    at least enough that no round holds more than ``max_local_steps`` steps of the largest
+    share, and at most one round per step.
+
+    Parameters
+    ----------
+    compute_s : float
+        Seconds of compute an epoch takes on the worker that takes longest, without the
+        fixed per-round costs.
+    overhead_s : float
+        Seconds each round costs whatever its size: synchronisation plus the largest fixed
+        per-round cost.
+    largest_share : int
+        Rows of the largest share.
+    batch_size : int
+        Rows per mini-batch step.
+    budget : float, default=SYNC_BUDGET
+        Largest fraction of a round its overhead may take, in (0, 1).
+    max_local_steps : int, default=MAX_LOCAL_STEPS
+        Most steps in one round.
+
+    Returns
+    -------
+    RoundSize
+    """
+    if not 0 < budget < 1:
+        raise ValueError(f"budget must be in (0, 1), got {budget}")
+    if batch_size < 1 or max_local_steps < 1:
+        raise ValueError(
+            f"batch_size and max_local_steps must be >= 1, got {batch_size}, {max_local_steps}"
+        )
+    if not (math.isfinite(compute_s) and math.isfinite(overhead_s)):
+        raise ValueError(f"costs must be finite, got {compute_s}, {overhead_s}")
+    compute_s, overhead_s = max(compute_s, 0.0), max(overhead_s, 0.0)
+    steps = max(1, math.ceil(largest_share / batch_size))
+    fewest = max(1, math.ceil(steps / max_local_steps))
+    allowed = math.inf if overhead_s == 0 else compute_s * budget / (overhead_s * (1 - budget))
+    most = steps if allowed >= steps else math.floor(allowed)
+    if most >= fewest:
+        k, bound = most, "budget"
+    elif fewest > 1:
+        k, bound = fewest, "steps"
+    else:
+        k, bound = 1, "epoch"
+    round_s = compute_s / k + overhead_s
+    fraction = overhead_s / round_s if round_s > 0 else 0.0
+    return RoundSize(k, fraction, bound)
