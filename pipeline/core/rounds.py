@@ -28,8 +28,8 @@ AUTO_FIRST_EPOCH_ROUNDS = 4
 SYNC_BUDGET = 0.05
 
 #: Most local mini-batch steps in one round: below the fewest measured to cost accuracy
-#: (324; docs/design.md, "Rounds sized from measured costs").
-MAX_LOCAL_STEPS = 256
+#: (208; docs/design.md, "Rounds sized from measured costs").
+MAX_LOCAL_STEPS = 128
 
 
 @dataclass(frozen=True)
