@@ -17,6 +17,7 @@ unusable file, a cluster or training failure). Either prints one line on stderr
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -352,7 +353,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 rows,
                 [
                     ("worker", "worker", "s"),
-                    ("score (rows/s)", "score", ",.0f"),
+                    ("samples/s", "score", ",.0f"),
                     ("rows", "rows", ",d"),
                     ("busy s", "busy_s", ".2f"),
                     ("idle s", "idle_s", ".2f"),
@@ -367,9 +368,28 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "communication and waiting count as not computing); idle % is over the "
                 "rounds' wall time"
             )
+            for line in _prediction_lines(clf.prediction_):
+                print(line)
             print(f"run log: {clf.run_log_path_}")
     print(f"test accuracy: {clf.score(X_test, y_test):.4f}")
     return 0
+
+
+def _prediction_lines(prediction: dict | None) -> list[str]:
+    """What the fit's second epoch was predicted to cost, labelled as predicted."""
+    if not prediction:
+        return ["predicted: - (the fit ended before a second epoch)"]
+    p = prediction
+    return [
+        f"predicted from the first epoch's measured speeds and synchronisation "
+        f"({1000 * p['sync_s']:.0f} ms in each of {p['rounds_per_epoch']} rounds an epoch): "
+        f"an epoch {p['epoch_s']:.3g} s, efficiency {p['efficiency']:.2f}",
+        f"predicted: equal shares on the same workers {p['equal_shares_epoch_s']:.3g} s an "
+        f"epoch ({p['equal_shares_epoch_s'] / p['epoch_s']:.2f}x this fit's), balanced shares "
+        f"{p['balanced_epoch_s']:.3g} s; one process on the fastest worker {p['fastest']} "
+        f"alone {p['fastest_alone_epoch_s']:.3g} s an epoch (speed-up of this fit "
+        f"{p['speedup']:.2f}x)",
+    ]
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -436,7 +456,9 @@ def _scaled_data(args: argparse.Namespace):
 def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hmdspt.compare import format_table, plot, run_comparison
+    from hmdspt.compare import format_table, plot, run_comparison, why_one_process_won
+    from hmdspt.parallel.client import scheduler_workers
+    from hmdspt.parallel.pools import BATCH_SYSTEMS
 
     X_train, X_test, y_train, y_test = _scaled_data(args)
     params = dict(
@@ -457,7 +479,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             max_seconds=args.max_seconds,
             rounds_per_epoch=args.rounds_per_epoch,
         )
+        n_workers = len(scheduler_workers(client))
     print(format_table(results, target))
+    # Without --scheduler or a batch system the workers are local processes: one machine.
+    shared = args.scheduler is None and getattr(args, "cluster", None) not in BATCH_SYSTEMS
+    for line in why_one_process_won(results, n_workers, os.cpu_count() if shared else None):
+        print(line)
     chart = Path(args.chart or Path(args.run_dir) / "compare.png")
     plot(results, target, chart, f"HMDSPT vs baselines — {label}")
     print(f"chart: {chart}")

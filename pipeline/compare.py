@@ -303,6 +303,48 @@ def format_table(results: list[RunResult], target: float) -> str:
     return "\n".join(lines)
 
 
+def why_one_process_won(
+    results: list[RunResult], n_workers: int, machine_cores: int | None = None
+) -> list[str]:
+    """Lines saying why an in-process run beat every HMDSPT run, if one did (else none).
+
+    Parameters
+    ----------
+    results : list of RunResult
+        The comparison's runs.
+    n_workers : int
+        Workers of the cluster.
+    machine_cores : int, optional
+        Cores of the one machine the workers share (an emulated local cluster); None when
+        they have machines of their own.
+    """
+    cluster = [r for r in results if r.name.startswith("hmdspt") and r.run_log]
+    alone = [r for r in results if r.name.endswith("in-process")]
+    if not cluster or not alone:
+        return []
+    best, one = min(cluster, key=lambda r: r.wall_s), min(alone, key=lambda r: r.wall_s)
+    if one.wall_s > best.wall_s:
+        return []
+    if machine_cores is not None:
+        why = (
+            f"{n_workers} workers sharing this machine's {machine_cores} cores compute "
+            "together no faster than one process on them, and every round adds "
+            "synchronisation that one process does not pay"
+        )
+    else:
+        why = "every round adds synchronisation that one process does not pay"
+    lines = [f"why {one.name} won ({one.wall_s:.1f} s against {best.wall_s:.1f} s): {why}"]
+    predicted = [e for e in read_events(best.run_log) if e.get("event") == "prediction"]
+    if predicted:
+        p = predicted[-1]
+        lines.append(
+            f"  {best.name} predicted after its first epoch: speed-up {p['speedup']:.2f}x over "
+            f"one process on {p['fastest']} alone, {1000 * p['sync_s']:.0f} ms of "
+            f"synchronisation in each of {p['rounds_per_epoch']} rounds an epoch (predicted)"
+        )
+    return lines
+
+
 def plot(results: list[RunResult], target: float, path: str | Path, title: str) -> Path:
     """PNG: fastest worker's idle % against wall time and held-out accuracy against
     seconds of training (scoring not counted), per run.

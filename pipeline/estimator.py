@@ -606,6 +606,7 @@ class _BaseBPNN(BaseEstimator):
         finally:
             # Also after Ctrl-C, which keeps the model: these describe this fit, not the last.
             self.training_report_ = trainer.report()
+            self.prediction_ = trainer.prediction
             self.run_id_ = trainer.run_id
             self.run_log_path_ = trainer.run_log_path
 
@@ -973,6 +974,14 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).
+    prediction_ : dict or None
+        After a fit on a cluster of more than one epoch: what its second epoch was
+        predicted to cost from the first's measured speeds and synchronisation
+        (the run log's ``prediction`` event): ``epoch_s`` (with the fit's shares),
+        ``balanced_epoch_s``, ``equal_shares_epoch_s``, ``fastest_alone_epoch_s`` (one
+        process on the ``fastest`` worker alone),
+        ``speedup`` (that over ``epoch_s``) and ``efficiency``. A speed-up under 1 is
+        also warned about (``RuntimeWarning``).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
     run_log_path_ : pathlib.Path or None
@@ -1287,6 +1296,14 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).
+    prediction_ : dict or None
+        After a fit on a cluster of more than one epoch: what its second epoch was
+        predicted to cost from the first's measured speeds and synchronisation
+        (the run log's ``prediction`` event): ``epoch_s`` (with the fit's shares),
+        ``balanced_epoch_s``, ``equal_shares_epoch_s``, ``fastest_alone_epoch_s`` (one
+        process on the ``fastest`` worker alone),
+        ``speedup`` (that over ``epoch_s``) and ``efficiency``. A speed-up under 1 is
+        also warned about (``RuntimeWarning``).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
     run_log_path_ : pathlib.Path or None

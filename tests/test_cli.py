@@ -40,6 +40,17 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
     assert log.stem == events[0]["run_id"]  # runs/<run_id>.jsonl
     assert "epoch 2/2" in result.stderr  # the progress bar (stderr: stdout holds results)
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+    # What equal shares and the fastest worker alone would cost, labelled as predicted,
+    # with the figures of the run log's prediction.
+    (prediction,) = [e for e in events if e["event"] == "prediction"]
+    predicted = [line for line in result.stdout.splitlines() if line.startswith("predicted")]
+    assert len(predicted) == 2, result.stdout
+    assert (
+        f"equal shares on the same workers {prediction['equal_shares_epoch_s']:.3g} s"
+        in (predicted[1])
+    )
+    assert f"speed-up of this fit {prediction['speedup']:.2f}x" in predicted[1]
+    assert f"alone {prediction['fastest_alone_epoch_s']:.3g} s" in predicted[1]
 
 
 def test_train_worker_table_shows_utilisation_beside_idle(tmp_path):
@@ -50,7 +61,7 @@ def test_train_worker_table_shows_utilisation_beside_idle(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    (header,) = [line for line in lines if line.startswith("worker  score")]
+    (header,) = [line for line in lines if line.split()[:2] == ["worker", "samples/s"]]
     assert header.split()[-4:] == ["idle", "%", "util", "%"]  # the last column, beside idle
     # Labelled: what the column is over.
     assert any(line.startswith("util %: busy s over the fit's") for line in lines)

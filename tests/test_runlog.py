@@ -42,6 +42,7 @@ def _write_all_events(log: RunLogWriter) -> list[dict]:
         log.partition(-1, {"w0": 400, "w1": 100}, [("w1", "w0", 150)], 150, 0.02),
         log.warm_start(2000, 2, 0.05, 0.91),
         log.round_size(2, 3, 1.2, 0.05, 0.01, 0.04, "budget"),
+        log.prediction(2, 3, 0.05, 1.4, 1.3, 2.1, 2.0, "w0", 1.43, 0.8),
         log.round(0, 0, 1.3, 0.01, 0.7, None, workers),
         log.worker_lost("w1", round=1, reason="heartbeat"),
         log.worker_joined("w2", round=2, address="tcp://c:3", nthreads=1, memory=2**30),
@@ -62,9 +63,10 @@ def test_round_trip_of_every_event_type(tmp_path):
         assert e["run_id"] == "r1"
         assert isinstance(e["time"], float)
         assert list(e)[:3] == ["event", "run_id", "time"]
-    start, score, partition, warm, size, round_, *_, checkpoint, end = events
+    start, score, partition, warm, size, prediction, round_, *_, checkpoint, end = events
     assert (warm["round"], warm["rows"], warm["val_score"]) == (0, 2000, 0.91)
     assert (size["epoch"], size["rounds_per_epoch"], size["bound"]) == (2, 3, "budget")
+    assert (prediction["fastest"], prediction["speedup"]) == ("w0", 1.43)
     assert start["schema_version"] == SCHEMA_VERSION == 1
     assert score["uncertainty"] == 12.5 and score["source"] == "probe"
     assert partition["moves"] == [{"src": "w1", "dst": "w0", "rows": 150}]

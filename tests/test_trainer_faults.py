@@ -200,7 +200,8 @@ def test_a_fit_whose_loss_climbs_is_warned_about_once_in_the_run_log(client, tmp
     )
     clf.fit(X, y)
     events = read_events(log)
-    warned = [e for e in events if e["event"] == "warning"]
+    # (A small fit on one machine is also warned about as slower than one process.)
+    warned = [e for e in events if e["event"] == "warning" and "diverg" in e["message"]]
     assert len(warned) == 1, [e["loss"] for e in events if e["event"] == "round"]
     assert "lower learning_rate_init" in warned[0]["message"]
     assert warned[0]["round"] >= 1

@@ -64,6 +64,7 @@ EVENT_TYPES = (
     "partition",
     "warm_start",
     "round_size",
+    "prediction",
     "round",
     "worker_lost",
     "worker_joined",
@@ -574,6 +575,60 @@ class RunLogWriter:
             fixed_s=fixed_s,
             overhead_fraction=overhead_fraction,
             bound=bound,
+            **extra,
+        )
+
+    def prediction(
+        self,
+        epoch: int,
+        rounds_per_epoch: int,
+        sync_s: float,
+        epoch_s: float,
+        balanced_epoch_s: float,
+        equal_shares_epoch_s: float,
+        fastest_alone_epoch_s: float,
+        fastest: str,
+        speedup: float,
+        efficiency: float,
+        **extra: Any,
+    ) -> dict:
+        """Log what an epoch is predicted to cost (:func:`hmdspt.core.prediction.predict_epoch`).
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch about to start (the fit's second).
+        rounds_per_epoch : int
+            Its regular rounds.
+        sync_s : float
+            Measured synchronisation per round.
+        epoch_s : float
+            Predicted epoch with the fit's shares.
+        balanced_epoch_s : float
+            Predicted epoch with balanced shares.
+        equal_shares_epoch_s : float
+            Predicted epoch with equal shares on the same workers.
+        fastest_alone_epoch_s : float
+            Predicted epoch of one process on the fastest worker alone.
+        fastest : str
+            That worker's name.
+        speedup : float
+            ``fastest_alone_epoch_s / epoch_s``.
+        efficiency : float
+            Predicted parallel efficiency.
+        """
+        return self.write(
+            "prediction",
+            epoch=epoch,
+            rounds_per_epoch=rounds_per_epoch,
+            sync_s=sync_s,
+            epoch_s=epoch_s,
+            balanced_epoch_s=balanced_epoch_s,
+            equal_shares_epoch_s=equal_shares_epoch_s,
+            fastest_alone_epoch_s=fastest_alone_epoch_s,
+            fastest=fastest,
+            speedup=speedup,
+            efficiency=efficiency,
             **extra,
         )
 

@@ -47,6 +47,7 @@ import dask
 from dask.utils import format_bytes, parse_bytes
 
 __all__ = [
+    "BATCH_SYSTEMS",
     "CLUSTER_KINDS",
     "JOBQUEUE_KINDS",
     "ClusterConfig",
@@ -64,10 +65,12 @@ __all__ = [
     "start_pools",
 ]
 
-#: Batch systems a pools cluster can run on ("local" runs jobs as local processes).
-JOBQUEUE_KINDS = ("slurm", "pbs", "sge", "lsf", "local")
+#: Batch systems, whose workers run on machines of their own.
+BATCH_SYSTEMS = ("slurm", "pbs", "sge", "lsf")
+#: What a pools cluster can run on ("local" runs jobs as local processes).
+JOBQUEUE_KINDS = (*BATCH_SYSTEMS, "local")
 #: Values of ``--cluster``.
-CLUSTER_KINDS = ("local", "slurm", "pbs", "sge", "lsf")
+CLUSTER_KINDS = ("local", *BATCH_SYSTEMS)
 
 _POOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _PLACEHOLDER_SCHEDULER = "tcp://<scheduler-address>:8786"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.prediction import predict_epoch
 from hmdspt.core.rounds import size_rounds
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -207,6 +209,8 @@ class Trainer:
         self._catching_up = False  # in an epoch's catch-up rounds (see fit)
         self.loss_curve: list[float] = []  # mean training loss of each complete epoch
         self.divergence_warning: str | None = None  # written to the run log once
+        # What an epoch was predicted to cost, after the first epoch (_predict).
+        self.prediction: dict[str, Any] | None = None
         self._epoch = 0
         self._epoch_complete = True  # epoch 0, "before the first": a fit starts with 1
         self._X: np.ndarray | None = None
@@ -479,6 +483,8 @@ class Trainer:
                 if epoch > start_epoch and self.sync_strategy.sizes_rounds(cfg):
                     rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch)
                     self._rounds_per_epoch = rounds_per_epoch
+                if epoch == start_epoch + 1:
+                    self._predict(epoch, rounds_per_epoch)
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 schedule = round_schedule(
@@ -812,35 +818,37 @@ class Trainer:
             pass
         self.membership.close()  # no handler of this fit stays on the client
 
-    def _size_rounds(self, epoch: int, current: int) -> int:
-        """Rounds of ``epoch`` from the costs measured so far (:func:`size_rounds`).
-
-        The overhead is the median over the last epoch's rounds of the round's wall time
-        beyond its longest busy time (sending ``w_t``, tasks, gathering, the merge), plus
-        the largest fixed per-round cost the cost model measured; the compute is the
-        longest share's rows over its worker's speed. ``current`` stands while a worker
-        holding rows has no speed yet.
-        """
-        last = [r for r in self.history if r.epoch == epoch - 1 and r.workers]
+    def _measured_costs(self, epoch: int) -> tuple[dict, dict, dict, float] | None:
+        """Rows, speeds and fixed seconds per round of the workers holding rows, and the
+        synchronisation per round: the median over ``epoch``'s rounds of the round's wall
+        time beyond its longest busy time (sending ``w_t``, tasks, gathering, the merge).
+        None while a worker holding rows has no speed or ``epoch`` has no rounds."""
+        last = [r for r in self.history if r.epoch == epoch and r.workers]
         counts = {a: n for a, n in self.staged.counts.items() if n}
         speeds = {a: self._speed(a) for a in counts}
         if not last or not counts or min(speeds.values()) <= 0:
-            return current
+            return None
         sync_s = float(
             np.median([r.wall_s - max(w["busy_s"] for w in r.workers.values()) for r in last])
         )
-        fixed_s = max(
-            (
-                self.costs.fixed_s(a)
-                for a in counts
-                if a in self.costs.workers and self.costs.is_measured(a)
-            ),
-            default=0.0,
-        )
+        measured = [a for a in counts if a in self.costs.workers and self.costs.is_measured(a)]
+        fixed = {a: self.costs.fixed_s(a) if a in measured else 0.0 for a in counts}
+        return counts, speeds, fixed, max(sync_s, 0.0)
+
+    def _size_rounds(self, epoch: int, current: int) -> int:
+        """Rounds of ``epoch`` from the costs measured in the epoch before
+        (:func:`size_rounds`): the overhead is the synchronisation per round plus the largest
+        fixed per-round cost, the compute the longest share's rows over its worker's speed.
+        ``current`` stands while a worker holding rows has no speed yet."""
+        measured = self._measured_costs(epoch - 1)
+        if measured is None:
+            return current
+        counts, speeds, fixed, sync_s = measured
         compute_s = max(n / speeds[a] for a, n in counts.items())
+        fixed_s = max(fixed.values())
         size = size_rounds(
             compute_s,
-            max(sync_s, 0.0) + fixed_s,
+            sync_s + fixed_s,
             max(counts.values()),
             self.batch_size,
             budget=self.config.sync_budget,
@@ -857,6 +865,40 @@ class Trainer:
             bound=size.bound,
         )
         return size.rounds_per_epoch
+
+    def _predict(self, epoch: int, rounds_per_epoch: int) -> None:
+        """Predict an epoch from the costs measured in ``epoch - 1`` (:func:`predict_epoch`),
+        log it, and warn in one line when one process on the fastest worker would be faster."""
+        measured = self._measured_costs(epoch - 1)
+        if measured is None:
+            return
+        counts, speeds, fixed, sync_s = measured
+        p = predict_epoch(counts, speeds, fixed, sync_s, rounds_per_epoch, self.config.min_rows)
+        fastest = self._names.get(p.fastest, str(p.fastest))
+        self.prediction = dict(
+            epoch=epoch,
+            rounds_per_epoch=rounds_per_epoch,
+            sync_s=sync_s,
+            epoch_s=p.epoch_s,
+            balanced_epoch_s=p.balanced_epoch_s,
+            equal_shares_epoch_s=p.equal_shares_epoch_s,
+            fastest_alone_epoch_s=p.fastest_alone_epoch_s,
+            fastest=fastest,
+            speedup=p.speedup,
+            efficiency=p.efficiency,
+        )
+        self._log("prediction", **self.prediction)
+        if p.speedup < 1:
+            message = (
+                f"this cluster is predicted to train slower than one process on its fastest "
+                f"worker {fastest} alone: {p.epoch_s:.3g} s an epoch on {len(counts)} workers "
+                f"against {p.fastest_alone_epoch_s:.3g} s (speed-up {p.speedup:.2f}x; "
+                f"{1000 * sync_s:.0f} ms of synchronisation in each of {rounds_per_epoch} "
+                "rounds an epoch)"
+            )
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            if self.log is not None:
+                self.log.write("warning", round=self.round_index, message=message)
 
     def _speed(self, addr: str) -> float:
         """A worker's speed as its shares follow it: the round cost model's once it has

@@ -1,4 +1,4 @@
-"""Rounds sized from measured costs: the pure choice, and a fit that follows it."""
+"""Rounds sized from measured costs, and the prediction a fit makes of its epochs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ from sklearn.datasets import load_digits
 from hmdspt import BPNNClassifier
 from hmdspt.core.rounds import SYNC_BUDGET, size_rounds
 from hmdspt.core.runlog import read_events
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    import hmdspt.core.prediction
+
+    assert doctest.testmod(hmdspt.core.prediction).failed == 0
 
 
 def test_the_most_rounds_whose_overhead_stays_within_the_budget():
@@ -117,3 +125,72 @@ def test_an_explicit_rounds_per_epoch_is_kept(client, tmp_path):
     assert not [e for e in events if e["event"] == "round_size"]
     per_epoch = _rounds_by_epoch(events)
     assert per_epoch[2] == per_epoch[3] == 3
+
+
+# ---------------------------------------------------------------------- the prediction
+def test_the_prediction_of_an_epoch_weighs_shares_fixed_costs_and_synchronisation():
+    from hmdspt.core.prediction import predict_epoch
+
+    speeds = {"a": 4000.0, "b": 2000.0, "c": 1000.0}
+    balanced = {"a": 40_000, "b": 20_000, "c": 10_000}
+    free = predict_epoch(balanced, speeds, {}, 0.0, 4)
+    assert free.epoch_s == pytest.approx(10.0) == free.balanced_epoch_s
+    assert free.efficiency == pytest.approx(1.0)
+    assert free.speedup == pytest.approx(7 / 4)  # all speeds over the fastest's
+    assert free.equal_shares_ratio == pytest.approx((70_000 / 3 / 1000) / 10.0)
+    costly = predict_epoch(balanced, speeds, {"a": 0.1, "b": 0.1, "c": 0.1}, 0.5, 4)
+    # Each of 4 rounds adds 0.1 s of fixed cost and 0.5 s of synchronisation.
+    assert costly.epoch_s == pytest.approx(10.0 + 4 * 0.6, rel=1e-3)
+    assert costly.fastest_alone_epoch_s == free.fastest_alone_epoch_s == 70_000 / 4000
+    assert costly.efficiency == pytest.approx(10.0 / costly.epoch_s, rel=1e-3)
+    # Shares off balance: the slowest share decides the fit's epoch, not the balanced one.
+    off = predict_epoch({"a": 30_000, "b": 20_000, "c": 20_000}, speeds, {}, 0.0, 4)
+    assert off.epoch_s == pytest.approx(20.0) and off.balanced_epoch_s == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="same workers"):
+        predict_epoch({"a": 1}, speeds, {}, 0.0, 1)
+
+
+def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_path):
+    # Digits in 8 rounds an epoch on an in-process cluster: a round's synchronisation
+    # (milliseconds) outweighs the compute it splits.
+    log = tmp_path / "slow.jsonl"
+    X, y = load_digits(return_X_y=True)
+    clf = BPNNClassifier(
+        (16,),
+        max_iter=2,
+        batch_size=16,
+        random_state=0,
+        client=client,
+        run_log=log,
+        rounds_per_epoch=8,
+    )
+    with pytest.warns(RuntimeWarning, match="predicted to train slower than one process") as w:
+        clf.fit(X, y)
+    events = read_events(log)
+    (prediction,) = [e for e in events if e["event"] == "prediction"]
+    assert prediction["epoch"] == 2 and prediction["rounds_per_epoch"] == 8
+    assert prediction["speedup"] < 1
+    assert {k: v for k, v in prediction.items() if k in clf.prediction_} == clf.prediction_
+    (message,) = [str(m.message) for m in w if "predicted to train slower" in str(m.message)]
+    assert f"speed-up {prediction['speedup']:.2f}x" in message and "\n" not in message
+    assert any(e["event"] == "warning" and e["message"] == message for e in events)
+
+
+def test_compare_says_why_one_process_won_with_the_fits_own_prediction(tmp_path):
+    from hmdspt.compare import RunResult, why_one_process_won
+    from hmdspt.core.runlog import RunLogWriter
+
+    log = tmp_path / "hmdspt.jsonl"
+    with RunLogWriter(log) as w:
+        w.prediction(2, 1, 0.04, 0.9, 0.85, 1.5, 0.7, "worker-0", 0.78, 0.6)
+    one = RunResult("bpnn-in-process", 3.0, 3.0, 0.96, [], 8)
+    hmdspt = RunResult("hmdspt", 4.5, 4.4, 0.95, [], 8, run_log=str(log))
+    lines = why_one_process_won([one, hmdspt], 3, machine_cores=2)
+    assert lines[0].startswith("why bpnn-in-process won (3.0 s against 4.5 s): 3 workers")
+    assert "this machine's 2 cores" in lines[0]
+    assert "speed-up 0.78x over one process on worker-0 alone" in lines[1]
+    assert "40 ms of synchronisation in each of 1 rounds" in lines[1]
+    # Workers on machines of their own: synchronisation only; nothing when HMDSPT won.
+    assert "cores" not in why_one_process_won([one, hmdspt], 3)[0]
+    faster = RunResult("hmdspt", 2.0, 2.0, 0.95, [], 8, run_log=str(log))
+    assert why_one_process_won([one, faster], 3, machine_cores=2) == []
