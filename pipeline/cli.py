@@ -380,12 +380,14 @@ def _prediction_lines(prediction: dict | None) -> list[str]:
     if not prediction:
         return ["predicted: - (the fit ended before a second epoch)"]
     p = prediction
+    emulated = " (heterogeneity emulated on one machine)" if p.get("emulated") else ""
     return [
-        f"predicted from the first epoch's measured speeds and synchronisation "
+        f"predicted{emulated} from the first epoch's measured speeds and synchronisation "
         f"({1000 * p['sync_s']:.0f} ms in each of {p['rounds_per_epoch']} rounds an epoch): "
         f"an epoch {p['epoch_s']:.3g} s, efficiency {p['efficiency']:.2f}",
-        f"predicted: equal shares on the same workers {p['equal_shares_epoch_s']:.3g} s an "
-        f"epoch ({p['equal_shares_epoch_s'] / p['epoch_s']:.2f}x this fit's), balanced shares "
+        f"predicted{emulated}: equal shares on the same workers "
+        f"{p['equal_shares_epoch_s']:.3g} s an epoch "
+        f"({p['equal_shares_epoch_s'] / p['epoch_s']:.2f}x this fit's), balanced shares "
         f"{p['balanced_epoch_s']:.3g} s; one process on the fastest worker {p['fastest']} "
         f"alone {p['fastest_alone_epoch_s']:.3g} s an epoch (speed-up of this fit "
         f"{p['speedup']:.2f}x)",

@@ -338,7 +338,9 @@ def why_one_process_won(
     if predicted:
         p = predicted[-1]
         lines.append(
-            f"  {best.name} predicted after its first epoch: speed-up {p['speedup']:.2f}x over "
+            f"  {best.name} predicted after its first epoch"
+            f"{' (heterogeneity emulated)' if p.get('emulated') else ''}: "
+            f"speed-up {p['speedup']:.2f}x over "
             f"one process on {p['fastest']} alone, {1000 * p['sync_s']:.0f} ms of "
             f"synchronisation in each of {p['rounds_per_epoch']} rounds an epoch (predicted)"
         )

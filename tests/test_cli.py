@@ -45,6 +45,11 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(tmp_pa
     (prediction,) = [e for e in events if e["event"] == "prediction"]
     predicted = [line for line in result.stdout.splitlines() if line.startswith("predicted")]
     assert len(predicted) == 2, result.stdout
+    # The speeds are emulated: said so wherever they are shown.
+    assert prediction["emulated"] is True
+    assert all(
+        line.startswith("predicted (heterogeneity emulated on one machine)") for line in predicted
+    )
     assert (
         f"equal shares on the same workers {prediction['equal_shares_epoch_s']:.3g} s"
         in (predicted[1])

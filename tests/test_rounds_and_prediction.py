@@ -169,7 +169,7 @@ def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_
     events = read_events(log)
     (prediction,) = [e for e in events if e["event"] == "prediction"]
     assert prediction["epoch"] == 2 and prediction["rounds_per_epoch"] == 8
-    assert prediction["speedup"] < 1
+    assert prediction["speedup"] < 1 and prediction["emulated"] is False
     assert {k: v for k, v in prediction.items() if k in clf.prediction_} == clf.prediction_
     (message,) = [str(m.message) for m in w if "predicted to train slower" in str(m.message)]
     assert f"speed-up {prediction['speedup']:.2f}x" in message and "\n" not in message

@@ -886,13 +886,16 @@ class Trainer:
             fastest=fastest,
             speedup=p.speedup,
             efficiency=p.efficiency,
+            # Speeds slowed in our code on one machine: labelled wherever they are shown.
+            emulated=self.config.emulation is not None,
         )
         self._log("prediction", **self.prediction)
         if p.speedup < 1:
+            emulated = " (heterogeneity emulated)" if self.prediction["emulated"] else ""
             message = (
-                f"this cluster is predicted to train slower than one process on its fastest "
-                f"worker {fastest} alone: {p.epoch_s:.3g} s an epoch on {len(counts)} workers "
-                f"against {p.fastest_alone_epoch_s:.3g} s (speed-up {p.speedup:.2f}x; "
+                f"this cluster{emulated} is predicted to train slower than one process on its "
+                f"fastest worker {fastest} alone: {p.epoch_s:.3g} s an epoch on {len(counts)} "
+                f"workers against {p.fastest_alone_epoch_s:.3g} s (speed-up {p.speedup:.2f}x; "
                 f"{1000 * sync_s:.0f} ms of synchronisation in each of {rounds_per_epoch} "
                 "rounds an epoch)"
             )
