@@ -543,14 +543,15 @@ class Trainer:
                 raise
             raise TrainingError(reason) from exc
         finally:
-            interrupts.uninstall()
             # A Ctrl-C during the clean-up waits for it to end (main thread only); one
-            # that lands before the wait is set up starts the clean-up again. It is then
-            # raised if the fit had completed; otherwise the fit's own exception goes on.
+            # that lands before the wait is set up, taking the watch down included,
+            # starts the clean-up again. It is then raised if the fit had completed;
+            # otherwise the fit's own exception goes on.
             finished = interrupted = False
             held = None
             while not finished:
                 try:
+                    interrupts.uninstall()
                     with deferred_interrupts() as held:
                         self._finish(status, reason)
                         finished = True
