@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 # Worker processes fork from a server that has distributed and numpy imported, instead of
@@ -16,6 +19,83 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 from tests.clusters import FREE_PORTS  # noqa: E402
 from tests.requires import missing  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------
+# Tests run on both cores (pytest-xdist, ``-n 2`` in pyproject.toml); a test whose
+# assertions read measured speeds or times runs with the machine to itself.
+# ----------------------------------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: the test's assertions read the speeds or times the OS gives it, so no other "
+        "test runs beside it (setup, call and teardown, module fixtures included)",
+    )
+
+
+class MachineLock:
+    """A readers-writer lock between the test processes of one pytest-xdist run.
+
+    Every test holds it shared; an ``alone`` test holds it exclusively. The gate lock
+    lets a waiting ``alone`` test in before tests that ask later, so it is not starved
+    by a worker that keeps starting short tests.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self._gate = open(folder / "hmdspt-tests.gate", "a")
+        self._tests = open(folder / "hmdspt-tests.lock", "a")
+
+    @contextmanager
+    def held(self, alone: bool) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._tests, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+    @contextmanager
+    def alone_within(self) -> Iterator[None]:
+        """Run a block of a test that holds the lock shared with no other test beside it.
+
+        The shared lock goes first: two tests that both wait to run alone would otherwise
+        each hold what the other waits for.
+        """
+        fcntl.flock(self._tests, fcntl.LOCK_UN)
+        with self.held(alone=True):
+            yield
+        fcntl.flock(self._gate, fcntl.LOCK_EX)  # the rest of the test holds it shared again
+        fcntl.flock(self._tests, fcntl.LOCK_SH)
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+
+_machine_lock: MachineLock | None = None
+
+
+@pytest.fixture
+def machine_alone():
+    """A context manager: its block runs with no other test beside it, for a test whose
+    measurement is one part of it (``alone`` marks a whole test)."""
+    return nullcontext if _machine_lock is None else _machine_lock.alone_within
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    global _machine_lock
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process: nothing runs beside it
+        yield
+        return
+    if _machine_lock is None:
+        # The workers' base folders share this parent, which pytest keeps and rotates.
+        _machine_lock = MachineLock(item.config._tmp_path_factory.getbasetemp().parent)
+    with _machine_lock.held(alone=item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture

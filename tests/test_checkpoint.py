@@ -364,8 +364,16 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_killed_driver_resumes_from_its_checkpoint(tmp_path):
+def _end_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_killed_driver_resumes_from_its_checkpoint(tmp_path, request):
     ckdir = tmp_path / "ckpt"
+    # The uninterrupted fit to compare with runs meanwhile: it shares nothing with the others.
+    baseline = _fit(tmp_path, "baseline", "", resume=False, slow=False)
+    request.addfinalizer(lambda: _end_group(baseline))  # also when the test fails first
     proc = _fit(tmp_path, "killed", str(ckdir), resume=False, slow=True)
     deadline = time.monotonic() + 60
     try:
@@ -391,7 +399,6 @@ def test_killed_driver_resumes_from_its_checkpoint(tmp_path):
 
     resumed = _fit(tmp_path, "resumed", str(ckdir), resume=True, slow=False)
     _finish(resumed)
-    baseline = _fit(tmp_path, "baseline", "", resume=False, slow=False)
     _finish(baseline)
 
     res = json.loads((tmp_path / "resumed.json").read_text())

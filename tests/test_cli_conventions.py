@@ -92,6 +92,10 @@ def test_unusable_data_is_a_runtime_error_exit_1(tmp_path, capsys):
         (["score", "--seconds", "nan"], "expected a positive number"),
         (["compare", "--max-seconds", "0"], "expected a positive number"),
         (["train", "--seed", "-1"], "expected an integer from 0 to"),
+        (["train", "--hidden", "64,-1"], "expected positive integers"),
+        (["train", "--hidden", "abc"], "expected comma-separated integers"),
+        (["train", "--speeds", "4,-1"], "speeds must be positive numbers"),
+        (["score", "--speeds", "0"], "speeds must be positive numbers"),
         (["monitor", "{tmp}", "--port", "70000"], "expected a port from 0 to 65535"),
         (
             ["train", "--scheduler", "tcp://127.0.0.1:1", "--cluster", "slurm"],
@@ -137,25 +141,7 @@ def test_train_progress_is_a_tqdm_bar_counting_every_round(scheduler, small_npz,
 
 
 # ------------------------------------------------------------------------- compare
-def test_compare_prints_a_line_as_each_run_ends(scheduler, small_npz, tmp_path):
-    runs = tmp_path / "runs"
-    chart = runs / "compare.png"
-    command = [sys.executable, "-m", "hmdspt", "compare", "--scheduler", scheduler]
-    command += ["--data", str(small_npz), "--hidden", "8", "--epochs", "1"]
-    command += ["--max-seconds", "5", "--run-dir", str(runs), "--strategies", "hmdspt,bsp-equal"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finished = {}
-    try:
-        for line in proc.stdout:
-            match = re.match(r"(\S+): done in [\d.]+ s", line)
-            if match:
-                # Printed when the run ended, not with the table once every run has.
-                finished[match.group(1)] = chart.exists()
-    finally:
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    assert finished == {"bpnn-in-process": False, "hmdspt": False, "bsp-equal": False}
-    assert chart.exists()
+# A line as each run ends: tests/test_cli.py's compare run checks it.
 
 
 def _results() -> list[RunResult]:

@@ -6,6 +6,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +58,7 @@ def test_ci_runs_the_readme_test_command():
     assert test_command in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.alone
 def test_readme_python_example_runs(tmp_path):
     readme = (ROOT / "README.md").read_text()
     # Every Python block, in order (later blocks use names the first one defines).

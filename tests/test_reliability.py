@@ -97,6 +97,7 @@ def straggler_fit(tmp_path_factory):
     return trainer, read_events(log), change
 
 
+@pytest.mark.alone
 def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
     trainer, events, change = straggler_fit
     assert change["slowdowns"][_victim_address(events)] == SLOWDOWN
@@ -112,6 +113,7 @@ def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
 
 
+@pytest.mark.alone
 def test_after_the_rebalance_the_fastest_worker_idles_at_most_ten_percent(straggler_fit):
     _, events, change = straggler_fit
     fraction = fastest_idle_after(events, int(change["round"]) + 3)

@@ -260,6 +260,7 @@ def _foreign_cores(client, fn):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.alone
 def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
     """The issue's acceptance test: fastest / slowest probe score within 15 % of 4.
 
@@ -292,6 +293,7 @@ def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.alone
 def test_adaptive_probe_stops_early_on_steady_workers(emulated):
     """Every worker is measured to the tolerance and stops there, before the budget.
 

@@ -35,7 +35,7 @@ def data():
     return X.astype(np.float32), np.eye(3, dtype=np.float32)[y]
 
 
-def _fit(client, data, log, hidden=HIDDEN, epochs=3, **config):
+def _fit(client, data, log, hidden=HIDDEN, epochs=3, batch_size=128, **config):
     X, Y = data
     model = MLP((X.shape[1], *hidden, Y.shape[1]))
     model.initialize(np.random.RandomState(0))
@@ -44,7 +44,7 @@ def _fit(client, data, log, hidden=HIDDEN, epochs=3, **config):
         client,
         model,
         dict(solver="adam", learning_rate_init=0.001),
-        128,
+        batch_size,
         TrainerConfig(run_log=str(log), **config),
     )
     with warnings.catch_warnings():
@@ -64,9 +64,19 @@ def _regular_rounds(events, rounds_per_epoch=2):
     return rounds[n_ramp:]
 
 
-def _key(data, hidden=HIDDEN):
+def _key(data, hidden=HIDDEN, batch_size=128):
     X, Y = data
-    return speed_key((X.shape[1], *hidden, Y.shape[1]), 128, np.float32, "relu", "softmax")
+    return speed_key((X.shape[1], *hidden, Y.shape[1]), batch_size, np.float32, "relu", "softmax")
+
+
+def _busy_s(events) -> dict[str, float]:
+    """Each worker's busy seconds over the fit's rounds."""
+    busy: dict[str, float] = {}
+    for e in events:
+        if e["event"] == "round":
+            for worker, w in e["workers"].items():
+                busy[worker] = busy.get(worker, 0.0) + w["busy_s"]
+    return busy
 
 
 def test_a_second_fit_of_the_same_shape_starts_from_the_speeds_the_first_measured(
@@ -118,15 +128,19 @@ def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, d
 
 @pytest.mark.parametrize(
     "config",
-    [dict(sync="bsp", partition="equal", epochs=1), dict(partition="equal")],
+    # bsp in mini-batches of 512 rows: half the round trips of one epoch at 128 rows.
+    [dict(sync="bsp", partition="equal", epochs=2, batch_size=512), dict(partition="equal")],
     ids=["bsp", "equal-shares"],
 )
 def test_fits_that_do_not_load_every_worker_alike_leave_no_memory(client, data, tmp_path, config):
     # bsp's gradients cost differently per row; with equal shares the fast workers idle
     # while the slow ones run with less contention than a proportional fit gives them.
     client.run(forget_speeds)
-    _fit(client, data, tmp_path / "fit.jsonl", **config)
-    assert all(m is None for m in client.run(remembered_speed, _key(data), 600.0).values())
+    _, events = _fit(client, data, tmp_path / "fit.jsonl", **config)
+    # Busy long enough that a proportional fit would have been remembered.
+    assert min(_busy_s(events).values()) >= MIN_REMEMBERED_BUSY_S, _busy_s(events)
+    key = _key(data, batch_size=config.get("batch_size", 128))
+    assert all(m is None for m in client.run(remembered_speed, key, 600.0).values())
 
 
 def test_the_ramp_has_as_many_rounds_as_the_measured_speeds_call_for(client, data, tmp_path):
