@@ -370,15 +370,13 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
             assert "--name small-0" in cluster.job_script("small")
             assert set(cluster.job_scripts()) == {"small", "big"}
 
-            cluster.scale_pool("small", 2)
-            cluster.wait_for_pools(timeout=60)
-            assert cluster.workers_by_pool()["small"] == ["small-0", "small-1"]
-            assert cluster.pools["small"].count == 2
             cluster.scale_pool("small", 0)
             _wait_until(lambda: cluster.workers_by_pool()["small"] == [])
-            cluster.scale_pool("small", 1)  # names are never reused
+            assert cluster.pools["small"].count == 0
+            cluster.scale_pool("small", 2)  # names are never reused
             cluster.wait_for_pools(timeout=60)
-            assert cluster.workers_by_pool()["small"] == ["small-2"]
+            assert cluster.workers_by_pool()["small"] == ["small-1", "small-2"]
+            assert cluster.pools["small"].count == 2
 
             with pytest.raises(NotImplementedError, match="scale_pool"):
                 cluster.scale(4)
@@ -388,7 +386,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
                 cluster.scale_pool("nope", 1)
             with pytest.raises(ClusterConfigError, match="already exists"):
                 cluster.add_pool(pools[0])
-            assert "small: 1 job x 1 core" in repr(cluster)
+            assert "small: 2 jobs x 1 core" in repr(cluster)
 
 
 def test_pools_timeout_names_the_missing_workers():
