@@ -42,6 +42,7 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "monitor": "benchmarks.bench_monitor",
     "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root
     "peers": "benchmarks.bench_peers",  # on the testbed; needs root
+    "loop": "benchmarks.bench_loop",  # on the testbed; needs root
 }
 RESULTS = Path(__file__).resolve().parent / "results.md"
 

@@ -265,6 +265,14 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "group's speed running the same training loop alone and all together, the "
                 "groups combined against the fastest alone.",
             ),
+            Part(
+                "loop",
+                "A worker's loop inside the rounds and alone",
+                "Each worker's training speed in a fit's rounds against the same round task "
+                "run on the same worker without the fit (alone, and all workers at once), "
+                "per quota mix and CFS period: whether the rounds cost the loop speed beyond "
+                "what sharing the host's cores costs.",
+            ),
             IDLE_PART,
             Part(
                 "training-testbed",
