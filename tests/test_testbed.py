@@ -110,7 +110,8 @@ def test_linked_testbed_shapes_both_directions_and_workers_talk_across_the_bridg
     require_testbed(link=True)
     from distributed import Client
 
-    tb = testbed.Testbed((0.5, 0.25), period_ms=PERIOD_MS, link_mbit=50, prefix=PREFIX)
+    # Quotas large enough that the workers start in a second or two: only links are checked.
+    tb = testbed.Testbed((1.0, 0.5), period_ms=PERIOD_MS, link_mbit=50, prefix=PREFIX)
     with tb:
         for slot in tb.slots:
             assert "tbf" in (into := _shell("tc", "qdisc", "show", "dev", slot.host_link))
