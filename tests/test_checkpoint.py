@@ -313,7 +313,7 @@ if slow == "1":
     # Slow the rounds down so the test can kill the driver in the middle of the fit.
     _round = Trainer._round
     def _slow_round(self, *a, **k):
-        time.sleep(0.4)
+        time.sleep(0.2)
         return _round(self, *a, **k)
     Trainer._round = _slow_round
 warnings.simplefilter("ignore")

@@ -128,7 +128,7 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
     chart = runs / "compare.png"
     command = [sys.executable, "-m", "hmdspt", "compare", "--data", str(path), "--speeds", "2,1"]
     command += ["--hidden", "16", "--epochs", "2", "--max-seconds", "10", "--run-dir", str(runs)]
-    command += ["--strategies", "hmdspt,hmdspt-equal,sklearn-in-process"]
+    command += ["--strategies", "hmdspt,sklearn-in-process"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, finished = [], {}
     try:
@@ -141,7 +141,7 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
     finally:
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    names = ("bpnn-in-process", "hmdspt", "hmdspt-equal", "sklearn-in-process")
+    names = ("bpnn-in-process", "hmdspt", "sklearn-in-process")
     assert finished == dict.fromkeys(names, False)
     table = "".join(lines).split("target accuracy:")[1]
     for name in names:
