@@ -47,6 +47,9 @@ with LocalCluster(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         clf.fit(X, y)
+    # A SIGINT after the fit returned is this script's, not the fit's: landing in
+    # LocalCluster.__exit__ it would make distributed wait 10 s for its loop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("warned:", [str(w.message) for w in caught if "interrupted" in str(w.message)])
     print("predicted:", len(clf.predict(X[:10])), flush=True)
     print("run_id_:", clf.run_id_, "report:", sorted(clf.training_report_), flush=True)
