@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_digits
 
@@ -40,6 +40,7 @@ def test_the_step_bound_wins_over_the_budget_and_one_round_is_the_fewest():
     assert size.overhead_fraction == pytest.approx(0.03 / 0.04)
 
 
+@example(compute=0.0, overhead=5e-324, share=1, batch=1, budget=0.5, max_steps=1)  # underflow
 @settings(max_examples=300, deadline=None)
 @given(
     compute=st.floats(0.0, 100.0),

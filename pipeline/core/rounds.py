@@ -103,7 +103,8 @@ def size_rounds(
     compute_s, overhead_s = max(compute_s, 0.0), max(overhead_s, 0.0)
     steps = max(1, math.ceil(largest_share / batch_size))
     fewest = max(1, math.ceil(steps / max_local_steps))
-    allowed = math.inf if overhead_s == 0 else compute_s * budget / (overhead_s * (1 - budget))
+    # Divided in this order, a denormal overhead cannot underflow to a zero divisor.
+    allowed = math.inf if overhead_s == 0 else compute_s / overhead_s * (budget / (1 - budget))
     most = steps if allowed >= steps else math.floor(allowed)
     if most >= fewest:
         k, bound = most, "budget"
