@@ -50,9 +50,11 @@ class MachineLock:
         fcntl.flock(self._gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        except BaseException:  # a test timeout while waiting: the gate must not stay shut
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+            raise
+        if not alone:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
