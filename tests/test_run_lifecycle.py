@@ -171,6 +171,24 @@ def sigint_raises():
         signal.signal(signal.SIGINT, handler)
 
 
+def _fit_interrupted_after_round_one(cluster, log: Path, interrupt) -> None:
+    """Fit on ``cluster`` until ``interrupt()``, called after round one's score, stops it
+    with a KeyboardInterrupt (the test fails if none comes)."""
+    X, Y = _data()
+    calls = []
+
+    def evaluate() -> float:
+        calls.append(1)
+        if len(calls) == 2:  # after round one's score
+            interrupt()
+        return 0.0
+
+    with Client(cluster) as client:
+        trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4, eval_resolution=0)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(X, Y, max_epochs=50, evaluate=evaluate)
+
+
 def test_a_second_sigint_as_the_fit_takes_its_watch_down_does_not_lose_run_end(
     cluster, tmp_path, sigint_raises, monkeypatch
 ):
@@ -187,20 +205,8 @@ def test_a_second_sigint_as_the_fit_takes_its_watch_down_does_not_lose_run_end(
         uninstall(self)
 
     monkeypatch.setattr(InterruptWatch, "uninstall", uninstall_as_a_second_sigint_lands)
-    X, Y = _data()
-    calls = []
-
-    def evaluate() -> float:
-        calls.append(1)
-        if len(calls) == 2:  # after round one's score: the first Ctrl-C
-            signal.raise_signal(signal.SIGINT)
-        return 0.0
-
     log = tmp_path / "fit.jsonl"
-    with Client(cluster) as client:
-        trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4, eval_resolution=0)
-        with pytest.raises(KeyboardInterrupt):
-            trainer.fit(X, Y, max_epochs=50, evaluate=evaluate)
+    _fit_interrupted_after_round_one(cluster, log, lambda: signal.raise_signal(signal.SIGINT))
     assert second, "the second SIGINT was not sent"
     assert [e["status"] for e in _run_end(log)] == ["stopped"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -209,20 +215,9 @@ def test_a_second_sigint_as_the_fit_takes_its_watch_down_does_not_lose_run_end(
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallow
 def test_a_sigint_a_finalizer_swallows_still_stops_the_fit(cluster, tmp_path, sigint_raises):
-    X, Y = _data()
-    calls = []
-
-    def evaluate() -> float:
-        calls.append(1)
-        if len(calls) == 2:  # after round one's score
-            _InterruptsWhenCollected()  # collected at once: the interrupt is swallowed
-        return 0.0
-
     log = tmp_path / "fit.jsonl"
-    with Client(cluster) as client:
-        trainer = _trainer(client, run_log=str(log), rounds_per_epoch=4, eval_resolution=0)
-        with pytest.raises(KeyboardInterrupt):
-            trainer.fit(X, Y, max_epochs=50, evaluate=evaluate)
+    # The object is collected at once: its SIGINT's KeyboardInterrupt is swallowed.
+    _fit_interrupted_after_round_one(cluster, log, _InterruptsWhenCollected)
     assert [e["status"] for e in _run_end(log)] == ["stopped"]
     assert _rounds(log) <= 3, "the fit went on after the interrupt"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
