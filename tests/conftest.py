@@ -31,6 +31,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "alone: the test's assertions read the speeds or times the OS gives it, so no other "
         "test runs beside it (setup, call and teardown, module fixtures included)",
     )
+    config.addinivalue_line(
+        "markers",
+        "heavy: a module whose tests take seconds each (processes, subprocesses, a browser, "
+        "a kernel); it is handed out first, so the run does not end on one of them",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Heavy modules first. pytest-xdist hands out whole modules in this order (``--dist
+    loadscope --no-loadscope-reorder``): a run that ends on short tests keeps both cores
+    busy to the end, where one long module last leaves a core idle."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)  # stable
 
 
 class MachineLock:

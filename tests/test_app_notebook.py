@@ -8,16 +8,19 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "monitor.ipynb"
 
 
 @pytest.mark.timeout(300)
-def test_monitor_notebook_executes():
+def test_monitor_notebook_executes(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's run logs (mkdtemp) go here
     # Raises CellExecutionError, with the cell and its traceback, on any error.
     NotebookClient(
         nb,

@@ -29,6 +29,8 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.nn import MLP
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 
 def _hmdspt(*args, timeout=300):
     return subprocess.run(

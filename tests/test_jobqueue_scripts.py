@@ -34,6 +34,8 @@ from hmdspt.parallel.pools import (
     start_pools,
 )
 
+pytestmark = pytest.mark.heavy
+
 POOLS = [
     PoolSpec("small", count=3, cores=1, memory="2GiB", processes=1, queue="short",
              walltime="00:20:00"),

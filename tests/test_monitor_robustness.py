@@ -26,6 +26,8 @@ from pathlib import Path
 import panel as pn
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 

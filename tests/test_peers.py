@@ -16,6 +16,8 @@ from benchmarks.peers import install
 from hmdspt.compare import RunResult
 from tests.requires import missing
 
+pytestmark = pytest.mark.heavy
+
 
 def _run(system, config, wall, curve, final=0.95, startup=None):
     result = RunResult(system, wall, wall, final, curve, 8)

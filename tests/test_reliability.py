@@ -23,6 +23,8 @@ from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from hmdspt.parallel.worker import get_slowdowns, set_slowdown
 
+pytestmark = pytest.mark.heavy
+
 STRAGGLER_ROUND = 3  # the slowdown is applied once this many rounds are logged
 SLOWDOWN = 4.0  # factor by which the straggler's speed drops
 

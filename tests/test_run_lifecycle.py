@@ -23,6 +23,8 @@ from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 

@@ -32,7 +32,10 @@ from hmdspt.parallel.trainer import TrainingError
 from tests.requires import missing
 
 # Short fits on purpose: max_iter is reached long before convergence.
-pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
+]
 
 START_HINT = (
     "these tests need a running single-node SLURM: start one with `bash ci/slurm/start.sh` "

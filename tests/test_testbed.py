@@ -19,6 +19,8 @@ import pytest
 from benchmarks import testbed
 from tests.requires import missing
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "hmdspt-tbtest"  # only this file's testbeds; a stale-run cleanup touches no others
 PERIOD_MS = 10.0

@@ -21,6 +21,8 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def client():

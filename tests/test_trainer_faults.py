@@ -29,6 +29,8 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 
+pytestmark = pytest.mark.heavy
+
 
 def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X, y = make_classification(
