@@ -19,6 +19,7 @@ from hmdspt.core.shard import Shard, _permutation
 from hmdspt.parallel.client import (
     WorkerLostError,
     _wait_ok,
+    scatter_each,
     scatter_to,
     scheduler_workers,
     wait_some,
@@ -500,6 +501,27 @@ def test_a_scatter_to_a_paused_worker_names_its_status_after_the_timeout():
             time.sleep(0.05)
         sent = scatter_to(client, np.arange(3), worker.address, timeout=1.0)
         np.testing.assert_array_equal(sent.result(), np.arange(3))
+
+
+@pytest.mark.timeout(60)
+def test_one_scatter_to_each_worker_at_once_gives_each_its_future_or_its_error():
+    """The broadcast's attempt: one key to several workers at once; a paused one fails
+    alone, after its wait, and the others hold the key."""
+    with _cluster(3, processes=False, memory_limit="1GiB") as cluster, Client(cluster) as client:
+        workers = sorted(cluster.workers.values(), key=lambda w: w.address)
+        paused = workers[-1]
+        paused.memory_manager.memory_pause_fraction = 1e-6
+        while scheduler_workers(client)[paused.address]["status"] != "paused":
+            time.sleep(0.05)
+        got = scatter_each(client, {w.address: {"w_t": np.arange(3)} for w in workers}, 0.5)
+        assert list(got) == [w.address for w in workers]
+        assert isinstance(got[paused.address], TimeoutError)
+        running = [got[w.address]["w_t"] for w in workers[:-1]]
+        assert {f.key for f in running} == {"w_t"}
+        assert sorted(client.who_has(running[0])["w_t"]) == [w.address for w in workers[:-1]]
+        for w, future in zip(workers, running):  # each worker reads its own copy
+            task = client.submit(np.sum, future, workers=[w.address], allow_other_workers=False)
+            assert task.result() == 3
 
 
 # --------------------------------------------------------------------------- errors

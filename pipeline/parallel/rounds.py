@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import merge
-from hmdspt.parallel.client import scatter_to, scheduler_workers
+from hmdspt.parallel.client import scatter_each, scheduler_workers
 from hmdspt.parallel.worker import RoundSpec, round_task, run_key
 
 __all__ = ["RoundRecord", "RoundRunner", "TrainingError"]
@@ -98,7 +98,8 @@ class RoundRunner:
         A direct scatter also waits, for as long as its timeout, while its worker is
         not *running*: one that is retiring (``--lifetime`` reached, or retired by the
         cluster) or paused, or that has already left. Each scatter is therefore one short
-        attempt of :func:`hmdspt.parallel.client.scatter_to`; workers that did not take
+        attempt, all workers' at once (:func:`hmdspt.parallel.client.scatter_each`: one
+        round trip instead of one per worker); workers that did not take
         ``w_t`` are asked about (the membership), those that left are recovered (their
         rows re-staged onto the others, which keep the ``w_t`` they got) and the broadcast
         goes on. A worker that stays in the cluster without running fails the fit after
@@ -113,14 +114,18 @@ class RoundRunner:
         deadline = time.monotonic() + t.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
         errors: dict[str, Exception] = {}
+        key = run_key(t.run_id, t.client.id, f"w_t-{t.round_index}")
         while True:
-            for addr in sorted(set(t.staged.futures) - set(sent)):
-                try:
-                    # One attempt (timeout 0); the deadline is this loop's, for all workers.
-                    key = run_key(t.run_id, t.client.id, f"w_t-{t.round_index}")
-                    sent[addr] = scatter_to(t.client, {key: t.model.params}, addr, 0.0)[key]
-                except Exception as exc:  # not running, left, or died unnoticed
-                    errors[addr] = exc
+            # One attempt per worker, all at once; the deadline is this loop's, for all.
+            attempt = scatter_each(
+                t.client,
+                {a: {key: t.model.params} for a in sorted(set(t.staged.futures) - set(sent))},
+            )
+            for addr, got in attempt.items():
+                if isinstance(got, Exception):  # not running, left, or died unnoticed
+                    errors[addr] = got
+                else:
+                    sent[addr] = got[key]
             missing = set(t.staged.futures) - set(sent)
             if not missing:
                 return {addr: sent[addr] for addr in sorted(t.staged.futures)}
