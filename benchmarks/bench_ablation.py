@@ -84,8 +84,11 @@ def run(
         client, model, dict(solver="adam", learning_rate_init=0.001), job.batch_size, config
     )
 
-    def evaluate() -> float:
-        return float((model.forward(Xs).argmax(1) == ys).mean())
+    scored = MLP(model.layer_sizes, alpha=1e-4)  # scored beside the training: not `model`
+
+    def evaluate(params: np.ndarray) -> float:
+        scored.set_params(params)
+        return float((scored.forward(Xs).argmax(1) == ys).mean())
 
     trainer.fit(X, Y, max_epochs=job.epochs, evaluate=evaluate)
     events = read_events(trainer.run_log_path)

@@ -584,11 +584,20 @@ class _BaseBPNN(BaseEstimator):
             stop = self._end_epoch(loss, len(Y_train), X_val, y_val)
             return stop or self.n_iter_ >= self.max_iter
 
-        def evaluate() -> float:
+        # The trainer scores most rounds in a background thread while the next trains:
+        # a model of the same shape holds the parameters scored, never the live one.
+        m = self._model
+        scored = MLP(m.layer_sizes, m.hidden_activation, m.out_activation, m.alpha, m.dtype)
+        held_out = self._eval_set if self._eval_set is not None else (X_val, y_val)
+
+        def evaluate(params: np.ndarray) -> float:
             # eval_set if given, else the early-stopping split: logged per round.
-            if self._eval_set is not None:
-                return self._record_eval(self._eval_score())
-            return self._score_unchecked(X_val, y_val)
+            scored.set_params(params)
+            return self._score_unchecked(*held_out, model=scored)
+
+        def on_score(training_s: float, score: float) -> None:
+            if self._eval_set is not None:  # eval_curve_ is eval_set's
+                self.eval_curve_.append((training_s, score))
 
         has_eval = self._eval_set is not None or X_val is not None
         try:
@@ -602,6 +611,7 @@ class _BaseBPNN(BaseEstimator):
                 on_resume=self._restore_checkpoint_state,
                 called_at=called_at,
                 on_round=self._on_round,
+                on_score=on_score,
             )
         finally:
             # Also after Ctrl-C, which keeps the model: these describe this fit, not the last.
@@ -775,15 +785,17 @@ class _BaseBPNN(BaseEstimator):
                 self.best_loss_ = self.loss_curve_[-1]
 
     # ---------------------------------------------------------------- predicting
-    def _forward(self, X, check_input: bool = True) -> np.ndarray:
-        """Network output for ``X`` (``coefs_``/``intercepts_`` are views of the model)."""
+    def _forward(self, X, check_input: bool = True, model: MLP | None = None) -> np.ndarray:
+        """Network output for ``X`` (``coefs_``/``intercepts_`` are views of the model);
+        ``model``: another model of the same shape instead of the fitted one."""
+        model = self._model if model is None else model
         if check_input:
             X = validate_data(self, X, accept_sparse=["csr", "csc"], reset=False)
-        X = self._to_model_dtype(X, self._model.dtype)
-        return self._model.forward(X)
+        X = self._to_model_dtype(X, model.dtype)
+        return model.forward(X)
 
-    def _score_unchecked(self, X, y) -> float:
-        y_pred = self._predict(X, check_input=False)
+    def _score_unchecked(self, X, y, model: MLP | None = None) -> float:
+        y_pred = self._predict(X, check_input=False, model=model)
         if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():
             return np.nan
         return float(self._score_function(y, y_pred))
@@ -1045,8 +1057,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     def _decode_targets(self, Y: np.ndarray):
         return self._label_binarizer.inverse_transform(Y)
 
-    def _predict(self, X, check_input: bool = True):
-        y_pred = self._forward(X, check_input=check_input)
+    def _predict(self, X, check_input: bool = True, model: MLP | None = None):
+        y_pred = self._forward(X, check_input=check_input, model=model)
         if self.n_outputs_ == 1:
             y_pred = y_pred.ravel()
         return self._label_binarizer.inverse_transform(y_pred)
@@ -1416,8 +1428,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     def _decode_targets(self, Y: np.ndarray):
         return Y.ravel() if Y.shape[1] == 1 else Y
 
-    def _predict(self, X, check_input: bool = True):
-        y_pred = self._forward(X, check_input=check_input)
+    def _predict(self, X, check_input: bool = True, model: MLP | None = None):
+        y_pred = self._forward(X, check_input=check_input, model=model)
         return y_pred.ravel() if y_pred.shape[1] == 1 else y_pred
 
     def predict(self, X):

@@ -179,9 +179,9 @@ def _fit_interrupted_after_round_one(cluster, log: Path, interrupt) -> None:
     X, Y = _data()
     calls = []
 
-    def evaluate() -> float:
+    def evaluate(params) -> float:
         calls.append(1)
-        if len(calls) == 2:  # after round one's score
+        if len(calls) == 2:  # round one's score (a thread's: the signal reaches the loop)
             interrupt()
         return 0.0
 

@@ -336,13 +336,15 @@ def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path
 
 
 def test_time_spent_evaluating_is_not_training_time(client, data):
-    """Scoring held-out data is the caller's measurement: it does not fill the time box."""
+    """Scoring held-out data is the caller's measurement: the time the loop waits on it
+    does not fill the time box; a score computed while the next round trains costs none."""
     X, y = data
     Y = np.eye(3, dtype=np.float32)[y]
-    sleep_s, calls = 0.05, []
+    sleep_s, in_loop, beside = 0.05, [], []
 
-    def slow_evaluate():
-        calls.append(trainer.training_seconds())
+    def slow_evaluate(params):
+        on_main = threading.current_thread() is threading.main_thread()
+        (in_loop if on_main else beside).append(1)
         time.sleep(sleep_s)
         return 0.5
 
@@ -350,11 +352,55 @@ def test_time_spent_evaluating_is_not_training_time(client, data):
     trainer = _trainer(client, 20, 3, rounds_per_epoch=4, max_seconds=0.6, probe_seconds=0.1)
     trainer.fit(X, Y, max_epochs=1000, evaluate=slow_evaluate)
     elapsed = time.perf_counter() - made
-    assert len(calls) >= 3
-    assert trainer.training_seconds() <= elapsed - sleep_s * len(calls)
+    # The warm start's and the epochs' last rounds' scores run in the loop; the other
+    # rounds' beside the next round.
+    assert in_loop and beside
+    assert trainer.training_seconds() <= elapsed - sleep_s * len(in_loop)
     # The box closed on training seconds, however long the evaluations slept.
     assert trainer.training_seconds() >= 0.6
-    assert calls == sorted(calls)
+    times = [r.training_s for r in trainer.history]
+    assert times == sorted(times)
+
+
+class _ParamsAfterMerge(Trainer):
+    """Records the sum of the global parameters as each round's merge leaves them."""
+
+    merged: list[float]
+
+    def _apply(self, results):
+        super()._apply(results)
+        self.merged.append(float(self.model.params.astype(np.float64).sum()))
+
+
+def test_a_round_scored_while_the_next_trains_is_scored_on_its_own_parameters(
+    client, data, tmp_path
+):
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    model = MLP((20, 16, 3))
+    model.initialize(np.random.RandomState(0))
+    config = TrainerConfig(
+        rounds_per_epoch=4, eval_resolution=0, probe_seconds=0.1, run_log=str(tmp_path / "l")
+    )
+    trainer = _ParamsAfterMerge(
+        client, model, dict(solver="adam", learning_rate_init=0.003), 64, config
+    )
+    trainer.merged = []
+    scored_in = []
+
+    def evaluate(params):
+        scored_in.append(threading.current_thread() is threading.main_thread())
+        time.sleep(0.1)  # longer than a round: the next round's results are in meanwhile
+        return float(params.astype(np.float64).sum())
+
+    trainer.fit(X, Y, max_epochs=2, evaluate=evaluate)
+    assert not all(scored_in)  # some were scored beside the next round
+    assert [r.val_score for r in trainer.history] == pytest.approx(trainer.merged)
+    events = read_events(trainer.run_log_path)
+    rounds = [e for e in events if e["event"] == "round"]
+    assert [e["round"] for e in rounds] == [r.round for r in trainer.history]
+    assert [e["val_score"] for e in rounds] == pytest.approx(trainer.merged)
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
 
 
 @pytest.mark.parametrize("resolution", [0.0, 1e9])
@@ -364,7 +410,7 @@ def test_eval_resolution_decides_which_rounds_are_scored(client, data, resolutio
     trainer = _trainer(
         client, 20, 3, rounds_per_epoch=5, eval_resolution=resolution, probe_seconds=0.1
     )
-    trainer.fit(X, Y, max_epochs=2, evaluate=lambda: 0.5)
+    trainer.fit(X, Y, max_epochs=2, evaluate=lambda params: 0.5)
     scored = [r.val_score is not None for r in trainer.history]
     if resolution == 0:
         assert all(scored)  # every round

@@ -40,6 +40,8 @@ class RoundRecord:
     rows: int
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
     val_score: float | None = None
+    # Training seconds (Trainer.training_seconds) when the round's parameters were merged.
+    training_s: float | None = None
 
 
 class RoundRunner:
@@ -158,7 +160,7 @@ class RoundRunner:
         epoch: int,
         new_epoch: bool,
         rounds_left: int,
-        evaluate: Callable[[], float] | None = None,
+        evaluate: Callable[[np.ndarray], float] | None = None,
         epoch_end: bool = False,
     ) -> RoundRecord:
         """One round (see :meth:`hmdspt.parallel.trainer.Trainer._round`)."""
@@ -207,6 +209,7 @@ class RoundRunner:
         if not results:
             t._recover(lost)  # raises when nobody is left; else the round is retried
             return t._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
+        t._flush_score()  # the last round's score, computed while this one trained
         merge_start = time.perf_counter()
         t._apply(results)
         merge_s = time.perf_counter() - merge_start
@@ -252,22 +255,27 @@ class RoundRunner:
             for res in results.values():
                 np.add.at(seen, res["row_ids"], 1)
         t.history.append(record)
-        t._log(
-            "round",
+        fields = dict(
             round=record.round,
             epoch=epoch,
             wall_s=wall,
             merge_s=merge_s,
             loss=loss,
-            # With a worker lost, catch-up rounds end the epoch (see fit).
-            val_score=t._evaluate(evaluate, epoch_end and not lost),
             workers=record.workers,
+            timestamp=time.time(),  # the round's end, also when its score comes later
+        )
+        # With a worker lost, catch-up rounds end the epoch (see fit). An epoch's last
+        # round is scored before the epoch ends; the others while the next round trains.
+        t._score_round(
+            record,
+            fields,
+            evaluate,
+            force=epoch_end and not lost,
+            overlap=not (epoch_end or lost),
         )
         t.client.cancel(list(params_futures.values()))
         if lost:
             t._recover(lost)
-        if t._on_round is not None:
-            t._on_round(record)
         return record
 
     def apply(self, results: dict[str, dict]) -> None:
