@@ -362,6 +362,28 @@ def test_time_spent_evaluating_is_not_training_time(client, data):
     assert times == sorted(times)
 
 
+def test_an_evaluate_that_fails_beside_the_next_round_fails_the_fit(client, data, tmp_path):
+    X, y = data
+    Y = np.eye(3, dtype=np.float32)[y]
+    log = tmp_path / "failing.jsonl"
+    trainer = _trainer(
+        client, 20, 3, rounds_per_epoch=4, eval_resolution=0, probe_seconds=0.1, run_log=str(log)
+    )
+    calls = []
+
+    def evaluate(params):
+        calls.append(threading.current_thread() is threading.main_thread())
+        if len(calls) == 3:  # round two's score, computed beside round three
+            raise ValueError("held-out data went bad")
+        return 0.5
+
+    with pytest.raises(TrainingError, match="held-out data went bad"):
+        trainer.fit(X, Y, max_epochs=2, evaluate=evaluate)
+    assert calls[-1] is False  # it failed in the background thread
+    end = read_events(log)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed"
+
+
 class _ParamsAfterMerge(Trainer):
     """Records the sum of the global parameters as each round's merge leaves them."""
 
