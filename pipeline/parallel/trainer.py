@@ -720,7 +720,7 @@ class Trainer:
         self._epoch, self._epoch_complete = epoch, epoch_complete
         if not self.config.checkpoint_dir:
             return None
-        self._flush_score()  # the saved history holds every round's score
+        self._flush_score()  # the rounds before it are logged (and scored) before it
         arrays, meta = state_to_checkpoint(self.state_dict())
         path = save_checkpoint(self.config.checkpoint_dir, arrays, meta)
         self._log(
