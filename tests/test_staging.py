@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -480,6 +481,39 @@ def test_a_worker_that_left_before_the_wait_is_reported_not_waited_for(data):
             add_rows(client, survivors, X, y, {a: np.arange(10), b: np.arange(10, 20)})
         gc.collect()
         np.testing.assert_array_equal(held_row_ids(survivors)[a], before)
+        staged.release()
+
+
+def test_from_memory_two_shards_go_at_once_the_largest_first(client, workers, data, monkeypatch):
+    """Each worker's link carries its own shard: two are sent at once, the largest first,
+    and the driver never holds more than two."""
+    import hmdspt.parallel.shards as shards_module
+
+    X, y, _ = data
+    counts = dict(zip(workers, (400, 1700, 900)))
+    lock, in_flight, most, sent = threading.Lock(), [0], [0], []
+
+    def slow_scatter(client, shard, worker, **kwargs):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            sent.append(len(shard.row_ids))
+        time.sleep(0.1)  # a slow link: the next shard is gathered meanwhile
+        try:
+            return scatter_to(client, shard, worker, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(shards_module, "scatter_to", slow_scatter)
+    staged = stage(client, X, y, counts=counts, seed=3)
+    try:
+        assert sent == [1700, 900, 400] and most[0] == 2
+        assert list(staged.futures) == workers  # the workers' order, not the sending order
+        held = held_row_ids(staged)
+        assert {w: len(ids) for w, ids in held.items()} == counts
+        assert sorted(np.concatenate(list(held.values())).tolist()) == list(range(N))
+    finally:
         staged.release()
 
 

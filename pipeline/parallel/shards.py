@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import wait as wait_jobs
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -492,13 +493,13 @@ def _stage_memory(
     perm = _permutation(seed, n_rows)
     futures: dict[str, Future] = {}
     lost = _gone_workers(client, counts) if skip_lost else set()
-    # One shard is sent (a helper thread waits on the scatter) while the next is gathered:
-    # the two overlap, at the cost of two shards on the driver (docs/design.md, "Round loop").
-    sending: tuple[str, Any] | None = None
+    # Two shards go out at once, each on its worker's own link, the largest first; the
+    # next is gathered when one has landed. The driver holds at most two shards.
+    sending: dict[str, Any] = {}  # worker -> its scatter job
 
-    def sent() -> None:
-        """Take the finished scatter's future; a worker that left is skipped or raised."""
-        worker, job = sending
+    def land(worker: str) -> None:
+        """Take a finished scatter's future; a worker that left is skipped or raised."""
+        job = sending.pop(worker)
         try:
             futures[worker] = job.result()
         except WorkerLostError:
@@ -506,11 +507,16 @@ def _stage_memory(
                 raise
             lost.add(worker)
 
+    bounds = _bounds(counts)
+    order = sorted((w for w in bounds if w not in lost), key=lambda w: -counts[w])
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-stage") as sender:
-            for w, (start, stop) in _bounds(counts).items():
-                if w in lost:
-                    continue
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hmdspt-stage") as sender:
+            for w in order:
+                if len(sending) == 2:
+                    done, _ = wait_jobs(sending.values(), return_when=FIRST_COMPLETED)
+                    first = next(iter(done))
+                    land(next(a for a, job in sending.items() if job is first))
+                start, stop = bounds[w]
                 ids = perm[start:stop].copy()
                 rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
                 shard = Shard(
@@ -518,23 +524,24 @@ def _stage_memory(
                     y=None if y is None else np.ascontiguousarray(y[ids]),
                     row_ids=ids,
                 )
-                if sending is not None:
-                    sent()
                 # Driver -> worker, not through the scheduler, and without tokenising
                 # (hashing) the whole shard.
                 key = None if key_name is None else key_name(w)
-                sending = (w, sender.submit(scatter_to, client, shard, w, key=key))
+                sending[w] = sender.submit(scatter_to, client, shard, w, key=key)
                 del shard, rows
-            if sending is not None:
-                sent()
-                sending = None
+            for w in list(sending):
+                land(w)
     except BaseException:
-        # Nothing stays on the workers: the shards sent, and one still in flight.
-        if sending is not None and sending[1].done() and sending[1].exception() is None:
-            sending[1].result().release()
+        # Nothing stays on the workers: the shards sent, and those still in flight.
+        for job in sending.values():
+            if job.done() and job.exception() is None:
+                job.result().release()
+            else:  # still sending: released when it lands
+                job.add_done_callback(lambda j: j.exception() is None and j.result().release())
         for fut in futures.values():
             fut.release()
         raise
+    futures = {w: futures[w] for w in counts if w in futures}  # in the workers' order
     staged_counts = {w: counts[w] for w in futures}
     return StagedData(
         client, futures, staged_counts, n_features, feature_names, y is not None, seed, "memory"
