@@ -56,9 +56,9 @@ class MachineLock:
     def __init__(self, folder: Path) -> None:
         self._gate = open(folder / "hmdspt-tests.gate", "a")
         self._tests = open(folder / "hmdspt-tests.lock", "a")
+        self.alone: bool | None = None  # how it is held: None, not held
 
-    @contextmanager
-    def held(self, alone: bool) -> Iterator[None]:
+    def acquire(self, alone: bool) -> None:
         fcntl.flock(self._gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
@@ -67,12 +67,15 @@ class MachineLock:
             raise
         if not alone:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._tests, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.alone = alone
+
+    def release(self) -> None:
+        if self.alone is None:
+            return
+        fcntl.flock(self._tests, fcntl.LOCK_UN)
+        if self.alone:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.alone = None
 
     @contextmanager
     def alone_within(self) -> Iterator[None]:
@@ -81,12 +84,17 @@ class MachineLock:
         The shared lock goes first: two tests that both wait to run alone would otherwise
         each hold what the other waits for.
         """
-        fcntl.flock(self._tests, fcntl.LOCK_UN)
-        with self.held(alone=True):
+        self.release()
+        self.acquire(alone=True)
+        try:
             yield
-        fcntl.flock(self._gate, fcntl.LOCK_EX)  # the rest of the test holds it shared again
-        fcntl.flock(self._tests, fcntl.LOCK_SH)
-        fcntl.flock(self._gate, fcntl.LOCK_UN)
+        finally:
+            self.release()
+            self.acquire(alone=False)  # the rest of the test holds it shared again
+
+
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
 
 
 _machine_lock: MachineLock | None = None
@@ -108,8 +116,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if _machine_lock is None:
         # The workers' base folders share this parent, which pytest keeps and rotates.
         _machine_lock = MachineLock(item.config._tmp_path_factory.getbasetemp().parent)
-    with _machine_lock.held(alone=item.get_closest_marker("alone") is not None):
+    alone = _alone(item)
+    if _machine_lock.alone is not alone:
+        _machine_lock.release()
+        _machine_lock.acquire(alone)
+    try:
         yield
+    finally:
+        # Kept between two alone tests in a row: each would otherwise wait again for
+        # whatever test the other process started in between.
+        if not (alone and _alone(nextitem)):
+            _machine_lock.release()
 
 
 @pytest.fixture
