@@ -354,3 +354,14 @@ def test_python_m_hmdspt_prints_the_version(tmp_path, command):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"hmdspt {PYPROJECT['project']['version']}"
+
+
+def test_what_a_rebalance_runs_on_the_workers_lives_in_the_core():
+    """A worker imports the module of each function it is sent. The core's modules are numpy
+    only, where the parallel layer's staging module pulls in pandas and pyarrow: seconds on a
+    throttled worker, which a fresh cluster's first re-balance (or recovery) would pay."""
+    from hmdspt.parallel import rebalance
+
+    sent = (rebalance._concat_shards, rebalance._shard_head, rebalance._shard_tail)
+    for func in (*sent, rebalance._held_ids):
+        assert func.__module__ == "hmdspt.core.shard", func

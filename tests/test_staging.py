@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hmdspt.core.shard import Shard, _permutation
+from hmdspt.core.shard import Shard, _concat_shards, _permutation, _shard_head, _shard_tail
 from hmdspt.parallel.client import (
     WorkerLostError,
     _wait_ok,
@@ -29,9 +29,6 @@ from hmdspt.parallel.readers import _npz_rows
 from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
 from hmdspt.parallel.shards import (
     StagedData,
-    _concat_shards,
-    _shard_head,
-    _shard_tail,
     equal_counts,
     stage,
 )

@@ -18,9 +18,16 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from hmdspt.core.shard import Shard, _as_features
+from hmdspt.core.shard import (
+    Shard,
+    _as_features,
+    _concat_shards,
+    _held_ids,
+    _shard_head,
+    _shard_tail,
+)
 from hmdspt.parallel.client import WorkerLostError, _cluster_workers, _wait_ok, scatter_to
-from hmdspt.parallel.shards import StagedData, _concat_shards, _shard_head, _shard_tail
+from hmdspt.parallel.shards import StagedData
 
 __all__ = ["add_rows", "drop_workers", "held_row_ids", "rebalance"]
 
@@ -121,10 +128,6 @@ def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> Stage
         staged.seed,
         staged.source,
     )
-
-
-def _held_ids(shard: Shard) -> np.ndarray:
-    return shard.row_ids
 
 
 def held_row_ids(staged: StagedData) -> dict[str, np.ndarray]:

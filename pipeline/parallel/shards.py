@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from distributed import Client, Future
 
-from hmdspt.core.shard import Shard, _as_features, _permutation
+from hmdspt.core.shard import Shard, _as_features, _permutation, _unique_labels
 from hmdspt.parallel.client import (
     WorkerLostError,
     _cluster_workers,
@@ -124,46 +124,6 @@ def _assemble_shard(
         for pos, _, values in y_parts:
             y[pos] = values
     return Shard(X=X, y=y, row_ids=row_ids)
-
-
-def _shard_head(shard: Shard, n_keep: int) -> Shard:
-    """The first ``n_keep`` rows, copied so the old buffers can be freed."""
-    y = None if shard.y is None else shard.y[:n_keep].copy()
-    return Shard(
-        X=shard.X[:n_keep].copy(),
-        y=y,
-        row_ids=shard.row_ids[:n_keep].copy(),
-        done=shard.done[:n_keep].copy(),
-    )
-
-
-def _shard_tail(shard: Shard, n_move: int) -> Shard:
-    """The last ``n_move`` rows (a random sample: shards are in shuffled order)."""
-    lo = len(shard) - n_move
-    y = None if shard.y is None else shard.y[lo:].copy()
-    return Shard(
-        X=shard.X[lo:].copy(), y=y, row_ids=shard.row_ids[lo:].copy(), done=shard.done[lo:].copy()
-    )
-
-
-def _concat_shards(base: Shard | None, *incoming: Shard) -> Shard:
-    """Append incoming slices to ``base`` (None when the worker held nothing)."""
-    parts = ([base] if base is not None else []) + list(incoming)
-    if len(parts) == 1:
-        return parts[0]
-    ys = [s.y for s in parts]
-    if any(v is None for v in ys) and not all(v is None for v in ys):
-        raise ValueError("cannot concatenate labelled and unlabelled shards")
-    return Shard(
-        X=np.concatenate([s.X for s in parts]),
-        y=None if ys[0] is None else np.concatenate(ys),
-        row_ids=np.concatenate([s.row_ids for s in parts]),
-        done=np.concatenate([s.done for s in parts]),
-    )
-
-
-def _unique_labels(shard: Shard) -> np.ndarray | None:
-    return None if shard.y is None else np.unique(shard.y)
 
 
 # --------------------------------------------------------------------------------------
