@@ -48,27 +48,34 @@ def _trainer(client, n_features, n_classes, **config):
 def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, data, tmp_path):
     X, y = data
     Y = np.eye(3, dtype=np.float32)[y]
-    log = tmp_path / "run.jsonl"
-    # threshold 0 and a cost model fitted every round: re-balance whenever the speeds
-    # predict a gain that pays for its move, to move rows mid-epoch.
-    trainer = _trainer(
-        client,
-        20,
-        3,
-        rounds_per_epoch=3,
-        rebalance_threshold=0.0,
-        cost_window_s=0.0,
-        record_row_ids=True,
-        run_log=str(log),
-        probe_seconds=0.3,
-    )
-    trainer.fit(X, Y, max_epochs=3)
-    assert sorted(trainer.rows_seen) == [1, 2, 3]
-    for epoch, seen in trainer.rows_seen.items():
-        assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
-    moved = [e for e in read_events(log) if e["event"] == "partition" and e["rows_moved"] > 0]
-    assert moved, "the test needs at least one re-balance between rounds"
-    assert sum(trainer.final_counts.values()) == len(X)
+    moves = []
+    # Rows move only when the predicted saving pays for the move, which a busy machine can
+    # deny a fit this small: up to three fits, each checked, until one has moved rows.
+    for attempt in range(3):
+        log = tmp_path / f"run-{attempt}.jsonl"
+        # threshold 0 and a cost model fitted every round: re-balance whenever the speeds
+        # predict a gain that pays for its move, to move rows mid-epoch.
+        trainer = _trainer(
+            client,
+            20,
+            3,
+            rounds_per_epoch=3,
+            rebalance_threshold=0.0,
+            cost_window_s=0.0,
+            record_row_ids=True,
+            run_log=str(log),
+            probe_seconds=0.3,
+        )
+        trainer.fit(X, Y, max_epochs=3)
+        assert sorted(trainer.rows_seen) == [1, 2, 3]
+        for epoch, seen in trainer.rows_seen.items():
+            assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
+        assert sum(trainer.final_counts.values()) == len(X)
+        partitions = [e for e in read_events(log) if e["event"] == "partition"]
+        moves.append(sum(e["rows_moved"] for e in partitions[1:]))  # after the staging
+        if moves[-1]:
+            break
+    assert moves[-1], f"the test needs at least one re-balance between rounds: {moves}"
 
 
 @pytest.mark.parametrize("sync", ["hmdspt", "local", "bsp"])
