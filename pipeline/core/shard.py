@@ -108,9 +108,9 @@ def _as_features(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-# Run on the workers (re-balancing): numpy only, so a worker imports nothing heavy for
-# them (the parallel layer's staging module pulls in pandas and pyarrow, seconds on a
-# throttled worker).
+# Run on the workers (re-balancing, recovery, the label check): numpy only, so a worker
+# imports nothing heavy for them (the parallel layer's staging module pulls in pandas and
+# pyarrow, seconds on a throttled worker).
 def _shard_head(shard: Shard, n_keep: int) -> Shard:
     """The first ``n_keep`` rows, copied so the old buffers can be freed."""
     y = None if shard.y is None else shard.y[:n_keep].copy()
