@@ -982,7 +982,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Output activation ("softmax" or "logistic").
     eval_curve_ : list of (float, float)
         ``(seconds of training since the fit began, score)`` on ``eval_set`` when one
-        was given; the time spent scoring ``eval_set`` is not counted.
+        was given; the time the fit waited on scoring ``eval_set`` is not counted (on
+        a cluster most rounds are scored while the next one trains).
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).
@@ -1304,7 +1305,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Output activation ("identity").
     eval_curve_ : list of (float, float)
         ``(seconds of training since the fit began, score)`` on ``eval_set`` when one
-        was given; the time spent scoring ``eval_set`` is not counted.
+        was given; the time the fit waited on scoring ``eval_set`` is not counted (on
+        a cluster most rounds are scored while the next one trains).
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction and final score (samples/s).
