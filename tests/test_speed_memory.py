@@ -130,8 +130,8 @@ def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, d
 
 @pytest.mark.parametrize(
     "config",
-    # bsp in mini-batches of 512 rows: half the round trips of one epoch at 128 rows.
-    [dict(sync="bsp", partition="equal", epochs=2, batch_size=512), dict(partition="equal")],
+    # bsp in mini-batches of 2048 rows: few round trips, each busy enough to count.
+    [dict(sync="bsp", partition="equal", epochs=3, batch_size=2048), dict(partition="equal")],
     ids=["bsp", "equal-shares"],
 )
 def test_fits_that_do_not_load_every_worker_alike_leave_no_memory(client, data, tmp_path, config):
