@@ -150,6 +150,20 @@ def load_default_dataset(random_state: int = 0):
     return train_test_split(X.astype(np.float32), y, test_size=0.2, random_state=random_state)
 
 
+def _check_data_args(path: str, target: str | None) -> None:
+    """Refuse a data file by its name and ``--target`` alone, before any work starts."""
+    from hmdspt.parallel.readers import reader_kind
+
+    try:
+        kind = reader_kind(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if kind != "npz" and target is None:
+        raise UsageError(f"--target COLUMN is required for {kind} data")
+    if not os.path.exists(path):
+        raise CliError(f"data file not found: {path}")
+
+
 def load_dataset(path: str, target: str | None, random_state: int = 0):
     """Train/test arrays from a data file, read by :func:`hmdspt.parallel.readers.read_file`.
 
@@ -183,14 +197,9 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
     """
     from sklearn.model_selection import train_test_split
 
-    from hmdspt.parallel.readers import read_file, reader_kind
+    from hmdspt.parallel.readers import read_file
 
-    try:
-        kind = reader_kind(path)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if kind != "npz" and target is None:
-        raise UsageError(f"--target COLUMN is required for {kind} data")
+    _check_data_args(path, target)
     try:
         data = read_file(path, target)
         test = None
@@ -214,9 +223,22 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
 
 def _cluster_and_client(args: argparse.Namespace):
     """A client of ``--scheduler``, ``--cluster``/``--cluster-config`` pools, or a new
-    emulated local cluster with ``--speeds``; returns (ExitStack, client, label)."""
+    emulated local cluster with ``--speeds``; returns (ExitStack, client, label).
+
+    Called before any data is built, so that a scheduler that does not answer is
+    reported at once.
+    """
+    from hmdspt.parallel.cluster import connect_timeout_s
     from hmdspt.parallel.pools import client_from_args
 
+    if getattr(args, "scheduler", None):
+        print(
+            f"connecting to the Dask scheduler at {args.scheduler} (waiting at most "
+            f"{connect_timeout_s():g} s, "
+            "Dask setting distributed.comm.timeouts.connect) ...",
+            file=sys.stderr,
+            flush=True,
+        )
     return client_from_args(args)
 
 
@@ -298,7 +320,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from hmdspt.estimator import BPNNClassifier
 
-    X_train, X_test, y_train, y_test = _scaled_data(args)
     run_log = Path(args.run_dir)  # a folder: the trainer writes <run_id>.jsonl into it
     params = dict(
         hidden_layer_sizes=args.hidden,
@@ -310,6 +331,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         if args.in_process:
+            X_train, X_test, y_train, y_test = _scaled_data(args)
             clf = BPNNClassifier(**params)
             start = time.perf_counter()
             clf.fit(X_train, y_train)
@@ -319,6 +341,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             stack, client, label = _cluster_and_client(args)
             with stack:
                 print(f"cluster: {label}")
+                X_train, X_test, y_train, y_test = _scaled_data(args)
                 clf = BPNNClassifier(
                     client=client,
                     sync=args.sync,
@@ -462,13 +485,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hmdspt.parallel.client import scheduler_workers
     from hmdspt.parallel.pools import BATCH_SYSTEMS
 
-    X_train, X_test, y_train, y_test = _scaled_data(args)
     params = dict(
         hidden_layer_sizes=args.hidden, max_iter=args.epochs, batch_size=256, random_state=args.seed
     )
     stack, client, label = _cluster_and_client(args)
     with stack:
         print(f"cluster: {label}")
+        X_train, X_test, y_train, y_test = _scaled_data(args)
         results, target = run_comparison(
             client,
             X_train,
@@ -701,6 +724,8 @@ def _check_options(args: argparse.Namespace) -> None:
     kind = getattr(args, "cluster", None)
     if scheduler and (getattr(args, "cluster_config", None) or kind not in (None, "local")):
         raise UsageError("give either --scheduler or --cluster/--cluster-config")
+    if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
+        _check_data_args(args.data, getattr(args, "target", None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import multiprocessing
 import os
+import sys
 import time
 import warnings
 from numbers import Integral, Real
@@ -124,6 +126,38 @@ def _emulation_of(client) -> dict | None:
     if emulation is None:
         return None
     return {"speeds": list(emulation.speeds.values()), "method": str(emulation.method)}
+
+
+def _active_client():
+    """The Dask client a ``with Client(...)`` block (or the latest Client) made current."""
+    if "distributed" not in sys.modules:  # no Client can exist: spare the import
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _check_client_param(client) -> None:
+    """One line naming what is wrong with ``client``, before any data is read."""
+    if client is None or client is False or isinstance(client, (str, os.PathLike)):
+        return
+    if "distributed" in sys.modules:  # else no Client can exist
+        from distributed import Client
+
+        if isinstance(client, Client):
+            from hmdspt.parallel.cluster import check_open
+
+            check_open(client)
+            return
+    if hasattr(client, "scheduler_address"):  # a cluster object
+        return
+    raise TypeError(
+        "client must be a distributed.Client, a cluster, a scheduler address or file, None "
+        f"(the active Client if any) or False (in-process), got {type(client).__name__}"
+    )
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -276,16 +310,20 @@ class _BaseBPNN(BaseEstimator):
         state.pop("intercepts_", None)
         # A saved model carries no connection settings, an address no more than a live
         # Client: a file's address would make the next fit talk to whoever it names.
-        if "client" in state:
+        if state.get("client") not in (None, False):
             state["client"] = None
+            # Remembered so that a copy in another process (joblib's n_jobs > 1) does not
+            # silently fit in-process instead of on the cluster: see _cluster_target.
+            state["_client_not_pickled"] = True
         return state
 
     def __setstate__(self, state):
         # The file may not come from __getstate__ (an older version, or written by hand):
         # loading drops a client it names, so loading never leads to a connection.
         state = dict(state)
-        if "client" in state:
+        if state.get("client") not in (None, False):
             state["client"] = None
+            state["_client_not_pickled"] = True
         state.setdefault("trainer_options", None)  # saved before the parameter existed
         super().__setstate__(state)
         if "_model" in self.__dict__:
@@ -298,7 +336,7 @@ class _BaseBPNN(BaseEstimator):
         (``clone`` deep-copies every other parameter): the clone fits on the same cluster.
         """
         client = self.client
-        if client is None or isinstance(client, str):
+        if client is None or client is False or isinstance(client, (str, os.PathLike)):
             return super().__sklearn_clone__()
         # Clone a shallow copy made through __getstate__ (so without the client), which
         # carries whatever else clone copies (metadata requests, output config, ...).
@@ -324,6 +362,7 @@ class _BaseBPNN(BaseEstimator):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
+        _check_client_param(self.client)
         # Also in-process: a mistyped option fails whether or not this fit would use it.
         self._trainer_config(seed=0, emulation=None).validate()
         hidden = self._hidden_sizes()
@@ -483,11 +522,10 @@ class _BaseBPNN(BaseEstimator):
         # The user's clock: eval_curve_ and max_seconds count from the fit() call.
         self._fit_start = time.perf_counter() if called_at is None else called_at
         self._eval_seconds = 0.0
+        target = self._cluster_target(incremental)
         try:
-            if self.client is not None:
-                if incremental:
-                    raise ValueError("partial_fit runs in-process; set client=None")
-                self._fit_on_cluster(X_train, Y_train, X_val, y_val, batch_size, called_at)
+            if target is not None:
+                self._fit_on_cluster(target, X_train, Y_train, X_val, y_val, batch_size, called_at)
             else:
                 buffers = BatchBuffers(
                     batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
@@ -564,14 +602,55 @@ class _BaseBPNN(BaseEstimator):
             )
         return False
 
+    def _cluster_target(self, incremental: bool):
+        """What this fit trains on: None for in-process, else what ``connect`` takes."""
+        client = self.client
+        if client is False:
+            return None
+        if client is None:
+            if incremental:  # partial_fit trains in-process even inside an active Client
+                return None
+            active = _active_client()
+            if active is None and self.__dict__.get("_client_not_pickled"):
+                self._refuse_fit_without_the_pickled_client()
+            return active
+        if incremental:
+            raise ValueError("partial_fit runs in-process; set client=None or client=False")
+        return client
+
+    def _refuse_fit_without_the_pickled_client(self) -> None:
+        # In the process that pickled it, a copy without its client fitting in-process is
+        # what a saved model does; in a joblib worker it would silently not use the cluster.
+        if multiprocessing.parent_process() is None:
+            return
+        raise RuntimeError(
+            f"this {type(self).__name__} was given a client, which is not pickled, and was "
+            "then sent to another process (joblib n_jobs > 1?), where it would fit "
+            "in-process: use n_jobs=1 (the cluster already trains in parallel), joblib's "
+            "'threading' backend, or set client=False to fit in-process"
+        )
+
     def _fit_on_cluster(
-        self, X_train, Y_train, X_val, y_val, batch_size: int, called_at: float | None = None
+        self,
+        target,
+        X_train,
+        Y_train,
+        X_val,
+        y_val,
+        batch_size: int,
+        called_at: float | None = None,
     ) -> None:
-        """Train through the HMDSPT round loop on ``self.client``'s cluster."""
-        from hmdspt.parallel.cluster import connect
+        """Train through the HMDSPT round loop on ``target``'s cluster."""
+        from hmdspt.parallel.cluster import connected
+
+        with connected(target) as client:
+            self._train_on(client, X_train, Y_train, X_val, y_val, batch_size, called_at)
+
+    def _train_on(
+        self, client, X_train, Y_train, X_val, y_val, batch_size: int, called_at: float | None
+    ) -> None:
         from hmdspt.parallel.trainer import Trainer
 
-        client = connect(self.client)
         seed = int(self._random_state.randint(np.iinfo(np.int32).max))
         config = self._trainer_config(seed=seed, emulation=_emulation_of(client))
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
@@ -889,11 +968,20 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Epochs without ``tol`` improvement before stopping.
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
-    client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
-        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
-        given (an address too), so loading never connects and the loaded model fits
-        in-process until given a client again. ``clone`` shares a live client.
+    client : distributed.Client, cluster, str, path, None or False, default=None
+        Where ``fit`` trains: HMDSPT rounds on a cluster given as a ``Client``, a cluster
+        object (``LocalCluster``, ``SLURMCluster``, ...), a scheduler address or a
+        scheduler file; None uses the active Client (``with Client(...)``, or the latest
+        one made) if there is one and fits in-process otherwise; False always fits
+        in-process. A client the fit opens (of a cluster, an address, a file) is closed
+        when the fit ends; one passed in or active stays open. Connecting waits at most
+        Dask's ``distributed.comm.timeouts.connect``, then fails with a
+        ``ConnectionError``. ``partial_fit`` trains in-process (with None it ignores the
+        active Client). Not saved: a pickled, skops-saved or deep-copied model has
+        ``client=None`` whatever was given (an address too), so loading never connects;
+        in another process (joblib's ``n_jobs > 1``) such a copy refuses to fit rather
+        than silently fitting in-process. ``clone`` shares a live client, so
+        ``cross_val_score`` and ``GridSearchCV`` fit on the same cluster.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"
@@ -1214,11 +1302,20 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Epochs without ``tol`` improvement before stopping.
     dtype : {"float32", "float64"} or numpy type, default="float32"
         Type the network computes in.
-    client : distributed.Client, cluster, scheduler address or None, default=None
-        None fits in-process; otherwise the fit runs HMDSPT rounds on that cluster. Not
-        saved: a pickled, skops-saved or deep-copied model has ``client=None`` whatever was
-        given (an address too), so loading never connects and the loaded model fits
-        in-process until given a client again. ``clone`` shares a live client.
+    client : distributed.Client, cluster, str, path, None or False, default=None
+        Where ``fit`` trains: HMDSPT rounds on a cluster given as a ``Client``, a cluster
+        object (``LocalCluster``, ``SLURMCluster``, ...), a scheduler address or a
+        scheduler file; None uses the active Client (``with Client(...)``, or the latest
+        one made) if there is one and fits in-process otherwise; False always fits
+        in-process. A client the fit opens (of a cluster, an address, a file) is closed
+        when the fit ends; one passed in or active stays open. Connecting waits at most
+        Dask's ``distributed.comm.timeouts.connect``, then fails with a
+        ``ConnectionError``. ``partial_fit`` trains in-process (with None it ignores the
+        active Client). Not saved: a pickled, skops-saved or deep-copied model has
+        ``client=None`` whatever was given (an address too), so loading never connects;
+        in another process (joblib's ``n_jobs > 1``) such a copy refuses to fit rather
+        than silently fitting in-process. ``clone`` shares a live client, so
+        ``cross_val_score`` and ``GridSearchCV`` fit on the same cluster.
     partition : {"proportional", "equal"}, default="proportional"
         Cluster fits: rows per worker by measured speed (re-balanced), or equal.
     sync : {"hmdspt", "local", "bsp"}, default="hmdspt"

@@ -124,14 +124,15 @@ def test_only_debug_shows_the_traceback(files, capsys):
     assert "CliError" in debug.stderr
 
 
-def test_a_multi_line_library_message_is_cut_to_its_first_line(capsys, monkeypatch):
+def test_a_multi_line_library_message_is_cut_to_its_first_line(capsys, monkeypatch, tmp_path):
     import hmdspt.cli as cli
 
     def boom(*_a, **_k):
         raise ValueError("Input X contains NaN.\nA long paragraph of advice.")
 
     monkeypatch.setattr(cli, "load_dataset", boom)
-    assert main(["train", "--in-process", "--data", "x.npz"]) == 1
+    (tmp_path / "x.npz").touch()  # it exists: the command line is checked before reading
+    assert main(["train", "--in-process", "--data", str(tmp_path / "x.npz")]) == 1
     assert capsys.readouterr().err == "hmdspt: error: Input X contains NaN.\n"
 
 

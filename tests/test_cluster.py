@@ -208,7 +208,7 @@ def test_connect_accepts_client_cluster_address_and_none(emulated):
     with connect(cluster.scheduler_address) as c3:
         assert len(scheduler_workers(c3)) == 3
     assert connect(None) is Client.current()
-    with pytest.raises(TypeError, match="target"):
+    with pytest.raises(TypeError, match="client must be a distributed.Client"):
         connect(42)
 
 

@@ -9,8 +9,9 @@ cluster's ``emulation`` attribute and shown in its repr, so that every result co
 it can be labelled as emulated.
 
 :func:`connect` turns whatever the user passed (a client, a cluster, a scheduler address or
-nothing) into a ``distributed.Client``. Pools of batch jobs on a shared cluster (SLURM, PBS,
-SGE, LSF) are :mod:`hmdspt.parallel.pools`, which builds on this module (never the reverse).
+file, or nothing) into a ``distributed.Client``; :func:`connected` closes what it opened.
+Pools of batch jobs on a shared cluster (SLURM, PBS, SGE, LSF) are
+:mod:`hmdspt.parallel.pools`, which builds on this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from distributed import Client, LocalCluster
@@ -29,7 +33,14 @@ from distributed.worker_memory import parse_memory_limit
 
 from hmdspt.parallel.worker import HMDSPTWorkerPlugin
 
-__all__ = ["Emulation", "EmulatedLocalCluster", "connect", "local_cluster"]
+__all__ = [
+    "Emulation",
+    "EmulatedLocalCluster",
+    "connect",
+    "connect_timeout_s",
+    "connected",
+    "local_cluster",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -199,8 +210,12 @@ def local_cluster(
     return cluster
 
 
-def _check_open(client: Client) -> None:
-    # A closed client fails much later, deep inside the first call, with an AttributeError.
+def check_open(client: Client) -> None:
+    """Raise ValueError if ``client`` is closed or closing.
+
+    A closed client would fail much later, deep inside the first call, with an
+    AttributeError.
+    """
     if client.status in ("closing", "closed"):
         raise ValueError(
             f"client is closed (status {client.status!r}); pass an open distributed.Client"
@@ -212,10 +227,11 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
 
     Parameters
     ----------
-    target : Client, cluster, str or None, default=None
+    target : Client, cluster, str, path or None, default=None
         - a ``Client``: returned as is;
         - a cluster object (``LocalCluster``, ``SLURMCluster``, ...): a new client of it;
         - a scheduler address such as ``"tcp://10.0.0.5:8786"`` or ``"tls://..."``;
+        - the path of a scheduler file (``dask scheduler --scheduler-file``);
         - None: the current default client if there is one, else a new client of a new
           default ``LocalCluster`` (not emulated; see :func:`local_cluster` for that).
     security : distributed.security.Security, optional
@@ -230,20 +246,79 @@ def connect(target: Client | str | Any | None = None, security: Security | None 
     ------
     ValueError
         If ``target`` is a Client that is closed or closing.
+    ConnectionError
+        If no scheduler answers within Dask's ``distributed.comm.timeouts.connect``.
+    TypeError
+        If ``target`` is none of the above.
     """
     if isinstance(target, Client):
-        _check_open(target)
+        check_open(target)
         return target
     if target is None:
         try:
             return Client.current()
         except ValueError:
             return Client(security=security)
-    if isinstance(target, str):
-        return Client(target, security=security)
+    if isinstance(target, (str, os.PathLike)):
+        return _client_of_address(target, security)
     if hasattr(target, "scheduler_address"):
         return Client(target)
     raise TypeError(
-        "target must be a distributed.Client, a cluster, a scheduler address or None, "
-        f"got {type(target).__name__}"
+        "client must be a distributed.Client, a cluster, a scheduler address, a scheduler "
+        f"file or None, got {type(target).__name__}"
     )
+
+
+def connect_timeout_s() -> float:
+    """Seconds :func:`connect` waits for a scheduler (``distributed.comm.timeouts.connect``)."""
+    import dask
+
+    return float(dask.utils.parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")))
+
+
+def _client_of_address(target: str | os.PathLike, security: Security | None) -> Client:
+    """A Client of a scheduler address or scheduler file, failing in one line."""
+    timeout = connect_timeout_s()
+    text = os.fspath(target)
+    is_file = "://" not in text and Path(text).is_file()
+    where = f"scheduler file {text}" if is_file else f"Dask scheduler at {text}"
+    try:
+        if is_file:
+            return Client(scheduler_file=text, security=security, timeout=timeout)
+        if "://" not in text and ":" not in text:
+            raise ValueError(f"{text!r} is neither a scheduler address nor an existing file")
+        return Client(text, security=security, timeout=timeout)
+    except (OSError, TimeoutError) as error:
+        # Dask's own message spans lines of retries; one line names what failed.
+        raise ConnectionError(
+            f"could not connect to the {where} within {timeout:g} s (Dask setting "
+            f"distributed.comm.timeouts.connect): {_first_line(error)}"
+        ) from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+@contextmanager
+def connected(
+    target: Client | str | Any | None = None, security: Security | None = None
+) -> Iterator[Client]:
+    """:func:`connect` for the length of a ``with`` block, closing what it opened.
+
+    A Client passed in, or the current default client, stays open; a client opened here
+    (of a cluster, an address, a scheduler file) is closed on leaving the block.
+    """
+    reused = target if isinstance(target, Client) else None
+    if target is None:
+        try:
+            reused = Client.current()
+        except ValueError:
+            pass
+    client = connect(target, security)
+    try:
+        yield client
+    finally:
+        if client is not reused:
+            client.close()

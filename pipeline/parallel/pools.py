@@ -979,7 +979,9 @@ def client_from_args(args: argparse.Namespace) -> tuple[ExitStack, Any, str]:
     stack = ExitStack()
     try:
         if scheduler:
-            client = stack.enter_context(Client(scheduler))
+            from hmdspt.parallel.cluster import connect
+
+            client = stack.enter_context(connect(scheduler))
             return stack, client, f"scheduler {scheduler}"
         config = _config_from_args(args)
         if not config.pools:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from distributed import Client
+from distributed import Client, span
 
 from hmdspt.core import strategies
 from hmdspt.core.checkpoint import (
@@ -393,6 +393,36 @@ class Trainer:
         workers' local optimizer state (``sync="hmdspt"``/``"local"``) is not saved; it
         restarts from zero, as it does when a worker joins.
         """
+        # Every task of the fit in one span: grouped in the Dask dashboard.
+        with span("hmdspt-fit", self.run_id):
+            return self._fit(
+                X,
+                Y,
+                max_epochs,
+                on_epoch_end,
+                dataset,
+                evaluate,
+                checkpoint_extra,
+                on_resume,
+                called_at,
+                on_round,
+                on_score,
+            )
+
+    def _fit(
+        self,
+        X: Any,
+        Y: np.ndarray,
+        max_epochs: int,
+        on_epoch_end: Callable[[int, float], bool] | None = None,
+        dataset: dict | None = None,
+        evaluate: Callable[[np.ndarray], float] | None = None,
+        checkpoint_extra: Callable[[], dict] | None = None,
+        on_resume: Callable[[dict, dict], None] | None = None,
+        called_at: float | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
+        on_score: Callable[[float, float], None] | None = None,
+    ) -> list[RoundRecord]:
         self._called_at = time.perf_counter() if called_at is None else float(called_at)
         cfg = self.config
         n_rows = self.n_rows = len(Y)

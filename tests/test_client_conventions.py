@@ -1,0 +1,176 @@
+"""The estimator's ``client`` as Dask users expect it (in-process clusters, real clients).
+
+A fit inside an active Client uses it, ``client=False`` forces in-process, ``client=``
+takes a Client, a cluster, an address or a scheduler file, a fit closes what it opened,
+model selection clones onto the same cluster, and connection problems fail in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.model_selection import GridSearchCV, cross_val_score
+
+from hmdspt import BPNNClassifier
+from hmdspt.cli import main
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(
+        n_samples=600, n_features=10, n_informative=6, n_classes=3, random_state=0
+    )
+    return X.astype(np.float32), y
+
+
+def _model(**params) -> BPNNClassifier:
+    return BPNNClassifier((8,), max_iter=2, rounds_per_epoch=1, random_state=0, **params)
+
+
+def _fit(model: BPNNClassifier, X, y) -> BPNNClassifier:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence, "slower than one process alone"
+        return model.fit(X, y)
+
+
+def _on_cluster(model: BPNNClassifier) -> bool:
+    return hasattr(model, "training_report_")
+
+
+def _clients(cluster) -> set[str]:
+    """The scheduler's connected clients, less its own fire-and-forget entry."""
+    return {c for c in cluster.scheduler.clients if c != "fire-and-forget"}
+
+
+def test_a_fit_inside_an_active_client_uses_it_and_false_fits_in_process(cluster, data):
+    X, y = data
+    assert not _on_cluster(_fit(_model(), X, y))  # no Client anywhere: in-process
+    with Client(cluster) as client:
+        before = _clients(cluster)
+        model = _fit(_model(), X, y)
+        assert _on_cluster(model)
+        assert set(model.training_report_) == {
+            str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values()
+        }
+        assert not _on_cluster(_fit(_model(client=False), X, y))
+        # partial_fit trains in-process even inside an active Client
+        _model().partial_fit(X, y, classes=np.unique(y))
+        assert _clients(cluster) == before  # the active client was used, not a new one
+        assert client.status == "running"  # and is not closed by the fit
+
+
+@pytest.mark.parametrize("given", ["address", "cluster", "scheduler file"])
+def test_a_fit_closes_the_client_it_opened(cluster, data, given, tmp_path):
+    X, y = data
+    if given == "address":
+        target = cluster.scheduler_address
+    elif given == "cluster":
+        target = cluster
+    else:
+        target = tmp_path / "scheduler.json"
+        target.write_text(json.dumps({"address": cluster.scheduler_address}))
+    before = _clients(cluster)
+    for _ in range(4):
+        model = _fit(_model(client=target), X, y)
+        assert _on_cluster(model)
+    assert _clients(cluster) == before
+
+
+def test_model_selection_fits_every_candidate_on_the_cluster(cluster, data):
+    X, y = data
+    with Client(cluster) as client:
+        learner = _model(client=client).set_params(max_iter=20, learning_rate_init=0.01)
+        scores = cross_val_score(learner, X, y, cv=3, error_score="raise")
+        assert len(scores) == 3 and np.all(scores > 0.5), scores  # 3 classes: chance 1/3
+        search = GridSearchCV(
+            _model(client=cluster), {"hidden_layer_sizes": [(4,), (8,)]}, cv=2, error_score="raise"
+        )
+        before = _clients(cluster)
+        _fit(search, X, y)
+        assert _clients(cluster) == before
+    assert _on_cluster(search.best_estimator_)
+    assert search.best_estimator_.client is cluster
+
+
+def test_a_copy_sent_to_a_joblib_process_refuses_to_fit_in_process(cluster, data):
+    X, y = data
+    with Client(cluster) as client:
+        with pytest.raises(RuntimeError, match="joblib n_jobs > 1.*n_jobs=1"):
+            cross_val_score(_model(client=client), X, y, cv=2, n_jobs=2, error_score="raise")
+    # In this process a copy fits in-process, as a saved model does.
+    copy = pickle.loads(pickle.dumps(_model(client=cluster)))
+    assert copy.client is None and not _on_cluster(_fit(copy, X, y))
+
+
+def test_a_fit_runs_its_tasks_in_one_span(cluster, data, tmp_path):
+    X, y = data
+    with Client(cluster) as client:
+        model = _fit(_model(client=client, run_log=tmp_path), X, y)
+    spans = cluster.scheduler.extensions["spans"].spans.values()
+    (fit_span,) = [s for s in spans if s.name == ("hmdspt-fit", model.run_id_)]
+    tasks = sum(fit_span.states.values())
+    assert tasks > 0  # the probe and every round
+    rounds = [e for e in _run_events(model) if e["event"] == "round"]
+    assert tasks >= len(rounds)
+
+
+def _run_events(model: BPNNClassifier) -> list[dict]:
+    from hmdspt.core.runlog import read_events
+
+    return read_events(model.run_log_path_)
+
+
+@pytest.mark.parametrize(
+    "client, error, words",
+    [
+        (42, TypeError, "client must be a distributed.Client"),
+        ("nonsense", ValueError, "neither a scheduler address nor an existing file"),
+        ("tcp://127.0.0.1:1", ConnectionError, "within 0.5 s"),
+    ],
+    ids=["wrong type", "not an address", "unreachable"],
+)
+def test_a_bad_client_fails_in_one_line(data, client, error, words):
+    X, y = data
+    with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
+        with pytest.raises(error) as caught:
+            _fit(_model(client=client), X, y)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_closed_client_fails_in_one_line(cluster, data):
+    X, y = data
+    client = Client(cluster)
+    client.close()
+    with pytest.raises(ValueError, match="client is closed"):
+        _fit(_model(client=client), X, y)
+
+
+def test_the_cli_says_it_connects_before_it_builds_data(capsys):
+    with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
+        code = main(["train", "--scheduler", "tcp://127.0.0.1:1", "--epochs", "1"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "data:" not in captured.out  # no data set was built
+    lines = captured.err.strip().splitlines()
+    assert lines[0].startswith("connecting to the Dask scheduler at tcp://127.0.0.1:1")
+    assert "waiting at most 0.5 s" in lines[0]
+    assert lines[1:] == [
+        "hmdspt: error: could not connect to the Dask scheduler at tcp://127.0.0.1:1 within "
+        "0.5 s (Dask setting distributed.comm.timeouts.connect): Timed out trying to connect "
+        "to tcp://127.0.0.1:1 after 0.5 s"
+    ]
