@@ -41,7 +41,12 @@ from sklearn.utils._param_validation import (
     validate_parameter_constraints,
 )
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
 
 from hmdspt.core.checkpoint import (
     check_fingerprint,
@@ -50,7 +55,15 @@ from hmdspt.core.checkpoint import (
     save_checkpoint,
 )
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
-from hmdspt.core.nn import MLP, BatchBuffers, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.nn import (
+    MLP,
+    BatchBuffers,
+    divergence_message,
+    make_optimizer,
+    minibatch_pass,
+    split_weights,
+    weighted_targets,
+)
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
 
 __all__ = ["TRAINER_OPTIONS", "BPNNClassifier", "BPNNRegressor"]
@@ -158,6 +171,21 @@ def _check_client_param(client) -> None:
         "client must be a distributed.Client, a cluster, a scheduler address or file, None "
         f"(the active Client if any) or False (in-process), got {type(client).__name__}"
     )
+
+
+def _check_numeric_columns(X) -> None:
+    """One line naming a data frame's non-numeric columns (scikit-learn names a value)."""
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None or not hasattr(dtypes, "items"):  # not a data frame
+        return
+    from hmdspt.parallel.readers import non_numeric_columns
+
+    bad = non_numeric_columns(dtypes)
+    if bad:
+        raise ValueError(
+            f"non-numeric feature column(s) in X: {bad}; encode them first, e.g. with "
+            "sklearn.preprocessing.OneHotEncoder in a Pipeline"
+        )
 
 
 def _json_float(value: float | None) -> float | str | None:
@@ -358,7 +386,16 @@ class _BaseBPNN(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return [int(s) for s in sizes]
 
-    def _fit(self, X, y, incremental: bool = False, eval_set=None, called_at=None, on_round=None):
+    def _fit(
+        self,
+        X,
+        y,
+        incremental: bool = False,
+        eval_set=None,
+        called_at=None,
+        on_round=None,
+        sample_weight=None,
+    ):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
@@ -368,9 +405,14 @@ class _BaseBPNN(BaseEstimator):
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
+        _check_numeric_columns(X)
         X, Y = self._validate_input(X, y, incremental, reset=first_pass)
         X = self._to_model_dtype(X, dtype)
         Y = np.ascontiguousarray(Y, dtype=dtype)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=dtype, ensure_non_negative=True
+            )
         n_samples, n_features = X.shape
 
         self._random_state = check_random_state(self.random_state)
@@ -383,11 +425,16 @@ class _BaseBPNN(BaseEstimator):
             )
         self._eval_set = self._validate_eval_set(eval_set)
         self._on_round = on_round
+        self._val_weight = None  # the early-stopping split's sample weights
+        if sample_weight is not None:
+            # The weights travel with their rows as one more target column.
+            Y = weighted_targets(Y, sample_weight)
         try:
             self._fit_stochastic(X, Y, incremental, called_at)
         finally:
             del self._eval_set  # held-out data is not part of the fitted model
             del self._on_round
+            del self._val_weight
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
@@ -486,19 +533,22 @@ class _BaseBPNN(BaseEstimator):
         return int(np.clip(self.batch_size, 1, n_samples))
 
     def _split_validation(self, X, Y: np.ndarray):
+        """Train and validation parts; sets the validation part's sample weights."""
         should_stratify = is_classifier(self) and self.n_outputs_ == 1
+        labels, _ = split_weights(Y, self.n_outputs_)
         X_train, X_val, Y_train, Y_val = train_test_split(
             X,
             Y,
             random_state=self._random_state,
             test_size=self.validation_fraction,
-            stratify=Y if should_stratify else None,
+            stratify=labels if should_stratify else None,
         )
         if X_val.shape[0] < 2:
             raise ValueError(
                 "The validation set is too small. Increase 'validation_fraction' "
                 "or the size of your dataset."
             )
+        Y_val, self._val_weight = split_weights(Y_val, self.n_outputs_)
         return X_train, X_val, np.ascontiguousarray(Y_train), self._decode_targets(Y_val)
 
     def _fit_stochastic(
@@ -667,12 +717,16 @@ class _BaseBPNN(BaseEstimator):
         # a model of the same shape holds the parameters scored, never the live one.
         m = self._model
         scored = MLP(m.layer_sizes, m.hidden_activation, m.out_activation, m.alpha, m.dtype)
-        held_out = self._eval_set if self._eval_set is not None else (X_val, y_val)
+        if self._eval_set is not None:
+            held_out = (*self._eval_set, None)
+        else:
+            held_out = (X_val, y_val, self._val_weight)
 
         def evaluate(params: np.ndarray) -> float:
             # eval_set if given, else the early-stopping split: logged per round.
+            X_held, y_held, weights = held_out
             scored.set_params(params)
-            return self._score_unchecked(*held_out, model=scored)
+            return self._score_unchecked(X_held, y_held, model=scored, sample_weight=weights)
 
         def on_score(training_s: float, score: float) -> None:
             if self._eval_set is not None:  # eval_curve_ is eval_set's
@@ -844,7 +898,7 @@ class _BaseBPNN(BaseEstimator):
 
     def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
         if early_stopping:
-            val_score = self._score_unchecked(X_val, y_val)
+            val_score = self._score_unchecked(X_val, y_val, sample_weight=self._val_weight)
             self.validation_scores_.append(val_score)
             if self.verbose:
                 print(f"Validation score: {val_score:f}")
@@ -869,18 +923,19 @@ class _BaseBPNN(BaseEstimator):
         ``model``: another model of the same shape instead of the fitted one."""
         model = self._model if model is None else model
         if check_input:
+            _check_numeric_columns(X)
             X = validate_data(self, X, accept_sparse=["csr", "csc"], reset=False)
         X = self._to_model_dtype(X, model.dtype)
         return model.forward(X)
 
-    def _score_unchecked(self, X, y, model: MLP | None = None) -> float:
+    def _score_unchecked(self, X, y, model: MLP | None = None, sample_weight=None) -> float:
         y_pred = self._predict(X, check_input=False, model=model)
         if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():
             return np.nan
-        return float(self._score_function(y, y_pred))
+        return float(self._score_function(y, y_pred, sample_weight=sample_weight))
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, eval_set=None, on_round=None):
+    def fit(self, X, y, sample_weight=None, eval_set=None, on_round=None):
         """Fit the model to data matrix X and target(s) y.
 
         Parameters
@@ -890,6 +945,12 @@ class _BaseBPNN(BaseEstimator):
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             The target values (class labels in classification, real numbers in
             regression).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the rows, as scikit-learn's MLP takes them: each
+            mini-batch's loss and gradient are their weighted means, and the early-stopping
+            split is scored with its weights. On a cluster the weights travel with their
+            rows (staged, re-balanced and re-staged with them) and the workers' updates are
+            merged in proportion to the sample weight each processed.
         eval_set : tuple (X_eval, y_eval), optional
             Held-out data scored during the fit (after every epoch in-process, after
             rounds on a cluster, where the scores also go to the run log as
@@ -907,7 +968,13 @@ class _BaseBPNN(BaseEstimator):
         """
         called_at = time.perf_counter()  # the fit's wall time is the user's, from here
         return self._fit(
-            X, y, incremental=False, eval_set=eval_set, called_at=called_at, on_round=on_round
+            X,
+            y,
+            incremental=False,
+            eval_set=eval_set,
+            called_at=called_at,
+            on_round=on_round,
+            sample_weight=sample_weight,
         )
 
     def __sklearn_tags__(self):
@@ -1216,7 +1283,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             return np.log(y_prob, out=y_prob)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y, sample_weight=None, classes=None):
         """Update the model with one epoch over the given data.
 
         Parameters
@@ -1225,6 +1292,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The input data.
         y : array-like of shape (n_samples,)
             The target values.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the rows (see :meth:`fit`).
         classes : array of shape (n_classes,), default=None
             All classes across calls; required on the first call.
 
@@ -1240,7 +1309,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
                 self._label_binarizer.fit(y)
             else:
                 self._label_binarizer.fit(classes)
-        return self._fit(X, y, incremental=True, called_at=called_at)
+        return self._fit(X, y, incremental=True, called_at=called_at, sample_weight=sample_weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -1551,7 +1620,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         return self._predict(X)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y, sample_weight=None):
         """Update the model with one epoch over the given data.
 
         Parameters
@@ -1560,10 +1629,14 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             The input data.
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
             The target values.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the rows (see :meth:`fit`).
 
         Returns
         -------
         self : object
             The updated estimator.
         """
-        return self._fit(X, y, incremental=True, called_at=time.perf_counter())
+        return self._fit(
+            X, y, incremental=True, called_at=time.perf_counter(), sample_weight=sample_weight
+        )

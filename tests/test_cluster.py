@@ -115,7 +115,11 @@ def test_probe_task_accepts_sample_rows_and_checks_them():
     with pytest.raises(ValueError, match="X must have shape"):
         probe_task((3, 5, 2), seconds=0.05, X=X)
     with pytest.raises(ValueError, match="Y must have shape"):
-        probe_task((4, 5, 2), seconds=0.05, X=X, Y=np.zeros((10, 3)))
+        probe_task((4, 5, 2), seconds=0.05, X=X, Y=np.zeros((10, 4)))
+    with pytest.raises(ValueError, match="Y must have shape"):
+        probe_task((4, 5, 2), seconds=0.05, X=X, Y=np.zeros((9, 2)))
+    # Weighted targets (one more column: the sample weights) are trained as rounds do.
+    assert probe_task((4, 5, 2), seconds=0.05, batch_size=16, X=X, Y=np.ones((10, 3)))["rows"]
 
 
 # ------------------------------------------------------------------------ real cluster

@@ -5,12 +5,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits, make_classification
 
 from hmdspt.core.checkpoint import CheckpointError, save_checkpoint
-from hmdspt.estimator import BPNNClassifier
+from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 from hmdspt.parallel.cluster import connect
 from tests.clusters import FREE_PORTS
 
@@ -129,3 +130,22 @@ def test_a_converging_in_process_fit_gets_no_divergence_warning():
         warnings.simplefilter("always")
         clf.fit(X, y)
     assert not [w for w in caught if "diverg" in str(w.message)]
+
+
+def test_non_numeric_columns_are_named_at_fit_and_predict():
+    X = pd.DataFrame(
+        {
+            "a": np.arange(12.0),
+            "color": ["red", "blue"] * 6,
+            "size": pd.Categorical(["s", "m", "l"] * 4),
+            "flag": [True, False] * 6,  # booleans are numbers
+        }
+    )
+    y = np.arange(12) % 2
+    message = r"non-numeric feature column\(s\) in X: \['color', 'size'\]; encode them first"
+    with pytest.raises(ValueError, match=message):
+        BPNNClassifier((4,), max_iter=1).fit(X, y)
+    numeric = X[["a", "flag"]].astype(float)
+    model = BPNNRegressor((4,), max_iter=1).fit(numeric, y)
+    with pytest.raises(ValueError, match=r"non-numeric feature column\(s\) in X: \['flag'\]"):
+        model.predict(numeric.assign(flag=["x"] * 12))

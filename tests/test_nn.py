@@ -7,7 +7,14 @@ import pytest
 from sklearn.neural_network._stochastic_optimizers import AdamOptimizer as SkAdam
 from sklearn.neural_network._stochastic_optimizers import SGDOptimizer as SkSGD
 
-from hmdspt.core.nn import MLP, AdamOptimizer, SGDOptimizer, make_optimizer, minibatch_pass
+from hmdspt.core.nn import (
+    MLP,
+    AdamOptimizer,
+    SGDOptimizer,
+    make_optimizer,
+    minibatch_pass,
+    weighted_targets,
+)
 
 HIDDEN = ["identity", "logistic", "tanh", "relu"]
 OUTPUTS = ["softmax", "logistic", "identity"]
@@ -44,6 +51,44 @@ def test_gradient_matches_finite_differences(hidden, out, alpha):
         numeric[j] = (up - down) / (2 * h)
     model.params[:] = p0
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("out", [*OUTPUTS, "softmax-1"])
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
+def test_integer_weights_are_repeated_rows(out, alpha):
+    """Weights 0, 1, 2, 3 give the loss and gradient of rows dropped or repeated."""
+    rng = np.random.RandomState(2)
+    k = 1 if out == "softmax-1" else 3
+    act = out.split("-")[0]
+    model = MLP((5, 6, k), "tanh", act, alpha=alpha, dtype=np.float64)
+    model.initialize(rng)
+    X = rng.randn(8, 5)
+    Y = _targets(act, rng, 8, k) if k > 1 else (rng.rand(8, 1) > 0.5).astype(float)
+    weights = np.array([0, 1, 2, 3, 1, 0, 2, 1], dtype=float)
+    repeated = np.repeat(np.arange(8), weights.astype(int))
+
+    weighted_loss = model.loss_and_grad(X, weighted_targets(Y, weights))
+    weighted_grad = model.grad.copy()
+    loss = model.loss_and_grad(X[repeated], Y[repeated])
+    assert weighted_loss == pytest.approx(loss, rel=1e-12)
+    np.testing.assert_allclose(weighted_grad, model.grad, rtol=1e-10, atol=1e-14)
+    assert model.loss(X, weighted_targets(Y, weights)) == pytest.approx(loss, rel=1e-12)
+    # n_total=1: sums over the rows, which a caller divides by the total weight.
+    model.loss_and_grad(X, weighted_targets(Y, weights), n_total=1)
+    if alpha == 0:
+        np.testing.assert_allclose(model.grad / weights.sum(), weighted_grad, rtol=1e-10)
+
+
+def test_a_batch_of_zero_weights_moves_only_by_the_penalty():
+    rng = np.random.RandomState(3)
+    model = MLP((4, 3, 2), "relu", "softmax", alpha=0.5, dtype=np.float64)
+    model.initialize(rng)
+    X, Y = rng.randn(5, 4), np.eye(2)[rng.randint(0, 2, 5)]
+    loss = model.loss_and_grad(X, weighted_targets(Y, np.zeros(5)))
+    expected = np.zeros_like(model.params)
+    penalty = model.add_l2_gradient(expected)  # alpha * W, weights only
+    np.testing.assert_allclose(model.grad, expected / 5)  # per row, as an unweighted batch
+    assert loss == pytest.approx(penalty / 5)
 
 
 def test_binary_softmax_single_column_loss_matches_sklearn():

@@ -14,7 +14,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
-from hmdspt.core.nn import MLP
+from hmdspt.core.nn import MLP, weighted_targets
 from hmdspt.core.runlog import read_events
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.client import scheduler_workers
@@ -47,7 +47,9 @@ def _trainer(client, n_features, n_classes, **config):
 
 def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, data, tmp_path):
     X, y = data
-    Y = np.eye(3, dtype=np.float32)[y]
+    # Weighted targets: each row's sample weight must stay with it through every move.
+    weights = (np.arange(len(X)) % 4).astype(np.float32)
+    Y = weighted_targets(np.eye(3, dtype=np.float32)[y], weights)
     moves = []
     # Rows move only when the predicted saving pays for the move, which a busy machine can
     # deny a fit this small: up to three fits, each checked, until one has moved rows.
@@ -71,6 +73,8 @@ def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, d
         for epoch, seen in trainer.rows_seen.items():
             assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
         assert sum(trainer.final_counts.values()) == len(X)
+        for row_ids, weight in trainer.weights_seen:  # each worker's report of each round
+            assert weight == pytest.approx(float(weights[row_ids].sum()), rel=1e-6)
         partitions = [e for e in read_events(log) if e["event"] == "partition"]
         moves.append(sum(e["rows_moved"] for e in partitions[1:]))  # after the staging
         if moves[-1]:

@@ -108,7 +108,9 @@ class TrainerConfig:
     record_row_ids : bool
         Workers return the ids of the rows they processed;
         ``hmdspt.parallel.trainer.Trainer.rows_seen`` then counts, per epoch, how often
-        each row was processed (for audits and tests).
+        each row was processed, and ``weights_seen`` lists each worker's row ids and
+        the sum of their sample weights it reported, round by round (for audits and
+        tests).
     run_log : str or None
         The JSON-lines run log: a ``.jsonl`` file to append to, or a folder in which
         ``<run_id>.jsonl`` is written; None writes none.

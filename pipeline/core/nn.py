@@ -31,6 +31,8 @@ __all__ = [
     "BatchBuffers",
     "divergence_message",
     "minibatch_pass",
+    "split_weights",
+    "weighted_targets",
 ]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu", "softmax")
@@ -284,19 +286,21 @@ class MLP:
         return self._forward(X, _Workspace(X.shape[0], self.layer_sizes, self.dtype))
 
     # ---------------------------------------------------------------- backward
-    def loss_and_grad(self, X, Y: np.ndarray, n_total: int | None = None) -> float:
+    def loss_and_grad(self, X, Y: np.ndarray, n_total: float | None = None) -> float:
         """Loss of the batch and its gradient, written into :attr:`grad`.
 
         Parameters
         ----------
         X : ndarray or sparse matrix of shape (n, n_features)
             The batch. Must have this model's dtype (dense input).
-        Y : ndarray of shape (n, n_outputs)
-            Targets: one-hot for softmax, 0/1 for logistic, values for identity.
-        n_total : int, optional
-            Divisor of the gradient and the L2 term; defaults to ``n``. A distributed
-            mini-batch split over workers passes the global batch size so that the
-            summed gradients equal the single-process gradient.
+        Y : ndarray of shape (n, n_outputs) or (n, n_outputs + 1)
+            Targets: one-hot for softmax, 0/1 for logistic, values for identity. One
+            more column makes them weighted targets (:func:`weighted_targets`): its
+            values are the rows' sample weights.
+        n_total : float, optional
+            Divisor of the gradient and the L2 term; defaults to ``n`` (weighted: the
+            batch's sum of weights, as scikit-learn's ``sw_sum``). ``1`` returns sums
+            over the rows, for a caller that divides by a total over several batches.
 
         Returns
         -------
@@ -304,14 +308,20 @@ class MLP:
             Data loss plus L2 penalty, as scikit-learn's ``_backprop`` returns it.
         """
         n = X.shape[0]
-        n_total = n if n_total is None else n_total
+        Y, weights = split_weights(Y, self.layer_sizes[-1])
+        mass = n if weights is None else float(weights.sum())
+        if n_total is None:
+            # A batch whose weights are all 0 holds no data: only the L2 term, per row.
+            n_total = mass if mass > 0 else n
         ws = self._workspace(n)
         out = self._forward(X, ws)
-        loss = self._data_loss(Y, out, ws.loss_buf) * (n / n_total)
+        loss = self._data_loss(Y, out, ws.loss_buf, weights) * (mass / n_total)
 
-        # Output delta: (out - y) for each matching output/loss pair.
+        # Output delta: (out - y) for each matching output/loss pair, times the weights.
         delta = ws.deltas[-1]
         np.subtract(out, Y, out=delta)
+        if weights is not None:
+            delta *= weights[:, None]
         inv_n = 1.0 / n_total
         for i in range(self.n_layers - 2, -1, -1):
             a_in = X if i == 0 else ws.activations[i - 1]
@@ -345,11 +355,16 @@ class MLP:
         grad += self._penalty_buf
         return 0.5 * float(np.dot(self._penalty_buf, self.params))
 
-    def _data_loss(self, Y: np.ndarray, out: np.ndarray, buf: np.ndarray) -> float:
+    def _data_loss(
+        self, Y: np.ndarray, out: np.ndarray, buf: np.ndarray, weights: np.ndarray | None = None
+    ) -> float:
         """Mean data loss of a batch, as scikit-learn's LOSS_FUNCTIONS compute it.
 
-        ``buf`` is scratch of ``out``'s shape and dtype.
+        ``buf`` is scratch of ``out``'s shape and dtype. With ``weights``, the mean is
+        weighted by them (scikit-learn's ``np.average(..., weights=sample_weight)``).
         """
+        if weights is not None:
+            return self._weighted_data_loss(Y, out, weights)
         n = out.shape[0]
         if self.loss_name == "squared_error":
             diff = buf
@@ -370,14 +385,72 @@ class MLP:
         np.log(clipped, out=clipped)
         return -float(np.vdot(Y, clipped) + np.vdot(1 - Y, lq)) / n
 
+    def _weighted_data_loss(self, Y: np.ndarray, out: np.ndarray, weights: np.ndarray) -> float:
+        """Weighted mean over the rows of each row's data loss (summed over outputs)."""
+        total = float(weights.sum())
+        if total <= 0:
+            return 0.0
+        if self.loss_name == "squared_error":
+            per_element = 0.5 * (Y - out) ** 2
+        else:
+            eps = np.finfo(self.dtype).eps
+            p = np.clip(out, eps, 1 - eps)
+            if self.loss_name == "log_loss" and out.shape[1] > 1:
+                per_element = -Y * np.log(p)
+            else:  # one logistic output, or binary log loss summed over outputs
+                per_element = -(Y * np.log(p) + (1 - Y) * np.log1p(-p))
+        return float(np.dot(weights, per_element.sum(axis=1))) / total
+
     def loss(self, X, Y: np.ndarray) -> float:
-        """Loss (with L2) of a whole data set without touching :attr:`grad`."""
+        """Loss (with L2) of a whole data set without touching :attr:`grad`.
+
+        ``Y`` may be weighted targets (:func:`weighted_targets`).
+        """
+        Y, weights = split_weights(Y, self.layer_sizes[-1])
         out = self.forward(X)
-        loss = self._data_loss(Y, out, np.empty_like(out))
+        loss = self._data_loss(Y, out, np.empty_like(out), weights)
         if self.alpha:
+            mass = X.shape[0] if weights is None else float(weights.sum())
             penalty = np.dot(self.params * self._penalty, self.params)
-            loss += 0.5 * float(penalty) / X.shape[0]
+            loss += 0.5 * float(penalty) / (mass if mass > 0 else X.shape[0])
         return loss
+
+
+def weighted_targets(Y: np.ndarray, sample_weight: np.ndarray) -> np.ndarray:
+    """Encoded targets with the rows' sample weights as one more, last column.
+
+    Weighted targets travel as targets do (staged with their rows, moved with them when
+    shares are re-balanced, read again when a lost worker's rows are re-staged), so the
+    weights never part from their rows. :meth:`MLP.loss_and_grad` and
+    :func:`split_weights` recognise them by their one extra column.
+
+    Parameters
+    ----------
+    Y : ndarray of shape (n, n_outputs)
+        Encoded targets.
+    sample_weight : ndarray of shape (n,)
+        Non-negative weights.
+
+    Returns
+    -------
+    weighted : ndarray of shape (n, n_outputs + 1), ``Y``'s dtype, C-contiguous
+    """
+    return np.ascontiguousarray(np.column_stack([Y, sample_weight]), dtype=Y.dtype)
+
+
+def split_weights(Y: np.ndarray, n_outputs: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(targets, weights)`` of targets that may be weighted (:func:`weighted_targets`).
+
+    ``weights`` is None for plain targets of ``n_outputs`` columns; both are views.
+    """
+    if Y.shape[1] == n_outputs:
+        return Y, None
+    if Y.shape[1] != n_outputs + 1:
+        raise ValueError(
+            f"targets have {Y.shape[1]} columns; the model has {n_outputs} outputs "
+            f"(or {n_outputs + 1} columns with sample weights)"
+        )
+    return Y[:, :n_outputs], Y[:, n_outputs]
 
 
 class _Workspace:

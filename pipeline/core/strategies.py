@@ -134,8 +134,10 @@ class SyncStrategy:
             The global model.
         payloads : sequence of ndarray
             Each worker's decompressed payload (a delta or a gradient), in a fixed order.
-        rows, steps : sequence of int
-            Rows each worker processed and local steps it took, in the same order.
+        rows, steps : sequence of numbers
+            What each worker processed, as its rows' sum of sample weights (its row
+            count when the fit is unweighted), and the local steps it took, in the same
+            order. Weighting by the sample weight keeps the merge unbiased.
         optimizer : optimizer of :func:`hmdspt.core.nn.make_optimizer`
             The driver's optimizer (its learning rate is also the workers' schedule).
         momentum : BlockMomentum

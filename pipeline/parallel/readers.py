@@ -134,6 +134,14 @@ def _is_numeric_dtype(dtype: Any) -> bool:
     return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
 
 
+def non_numeric_columns(dtypes: Mapping[Any, Any]) -> list[str]:
+    """Names of the columns (name -> dtype) that are neither numeric nor boolean.
+
+    The rule the readers refuse feature columns by, for in-memory frames too.
+    """
+    return [str(name) for name, dtype in dtypes.items() if not _is_numeric_dtype(dtype)]
+
+
 # --------------------------------------------------------------------------------------
 # Worker-side readers (module level so tasks pickle by reference)
 # --------------------------------------------------------------------------------------

@@ -254,6 +254,7 @@ class RoundRunner:
             seen = t.rows_seen.setdefault(epoch, np.zeros(t.n_rows, dtype=np.int64))
             for res in results.values():
                 np.add.at(seen, res["row_ids"], 1)
+                t.weights_seen.append((res["row_ids"], res["weight"]))
         t.history.append(record)
         fields = dict(
             round=record.round,
@@ -285,7 +286,8 @@ class RoundRunner:
         t.sync_strategy.combine(
             t.model,
             [merge.decompress(results[a]["payload"]) for a in order],
-            [results[a]["rows"] for a in order],
+            # Shares of the sample weight (the rows, unweighted): an unbiased merge.
+            [results[a]["weight"] for a in order],
             [results[a]["steps"] for a in order],
             optimizer=t.driver_optimizer,
             momentum=t.momentum,

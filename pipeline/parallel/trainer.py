@@ -202,6 +202,8 @@ class Trainer:
         self.round_index = 0
         self.history: list[RoundRecord] = []
         self.rows_seen: dict[int, np.ndarray] = {}
+        # With record_row_ids: (row ids, sum of their sample weights) per worker and round.
+        self.weights_seen: list[tuple[np.ndarray, float]] = []
         self._last_eval = -np.inf  # training seconds at the last evaluation
         self._eval_s = 0.0  # seconds the loop waited on evaluate, not counted as training
         # A round's held-out score computed while the next round trains: its round event
@@ -331,8 +333,10 @@ class Trainer:
         ----------
         X : array-like of shape (n_samples, n_features)
             Inputs (anything :func:`hmdspt.parallel.shards.stage` accepts that is in memory).
-        Y : ndarray of shape (n_samples, n_outputs)
-            Encoded targets, in the model's dtype.
+        Y : ndarray of shape (n_samples, n_outputs) or (n_samples, n_outputs + 1)
+            Encoded targets, in the model's dtype; one more column carries sample
+            weights (:func:`hmdspt.core.nn.weighted_targets`), which then travel with
+            their rows and weight the merge.
         max_epochs : int
             Upper bound on epochs.
         on_epoch_end : callable, optional

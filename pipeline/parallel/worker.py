@@ -39,7 +39,14 @@ from distributed.worker import WORKER_ANY_RUNNING
 from distributed.worker_state_machine import FreeKeysEvent
 
 from hmdspt.core.merge import ErrorFeedback, compress
-from hmdspt.core.nn import MLP, AdamOptimizer, BatchBuffers, make_optimizer, minibatch_pass
+from hmdspt.core.nn import (
+    MLP,
+    AdamOptimizer,
+    BatchBuffers,
+    make_optimizer,
+    minibatch_pass,
+    split_weights,
+)
 from hmdspt.core.speed import PROBE_ESTIMATORS, chunk_speed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -348,8 +355,12 @@ def probe_task(
     if Y is None:
         Y = _synthetic_targets(rng, X.shape[0], n_out, out_activation)
     Y = np.ascontiguousarray(Y, dtype=model.dtype)
-    if Y.shape != (X.shape[0], n_out):
-        raise ValueError(f"Y must have shape ({X.shape[0]}, {n_out}), got {Y.shape}")
+    # Weighted targets (one more column) train as the rounds will train them.
+    if Y.ndim != 2 or Y.shape[0] != X.shape[0] or Y.shape[1] not in (n_out, n_out + 1):
+        raise ValueError(
+            f"Y must have shape ({X.shape[0]}, {n_out}) (or {n_out + 1} columns with sample "
+            f"weights), got {Y.shape}"
+        )
     # Arrays that arrive through Dask's comms can be misaligned, where the row gather is
     # slower than on staged shards, which are aligned (``hmdspt.core.shard.Shard``).
     X = X if X.flags.aligned else X.copy()
@@ -359,7 +370,7 @@ def probe_task(
     # chunks long: every chunk is ``chunk_batches`` full batches (a short last batch would
     # be a different, cheaper step) however few sample rows there are.
     n_sample = X.shape[0]
-    buffers = BatchBuffers(batch_size, n_in, n_out, model.dtype)
+    buffers = BatchBuffers(batch_size, n_in, Y.shape[1], model.dtype)
     warm = rng.permutation(n_sample)[np.arange(batch_size * max(warmup_steps, 1)) % n_sample]
     cpu_start = time.thread_time()
     minibatch_pass(model, opt, X, Y, warm, batch_size, buffers)
@@ -958,6 +969,11 @@ def _local_steps(
     ``w_i - w_t``, compressed (with error feedback when the run has it)."""
     model, optimizer = state["model"], state["optimizer"]
     loss_sum, steps = 0.0, 0
+    if not state["buffers"].fits(spec.batch_size, shard.X.shape[1], shard.y.shape[1], model.dtype):
+        # Weighted targets are one column wider than the model's outputs.
+        state["buffers"] = BatchBuffers(
+            spec.batch_size, shard.X.shape[1], shard.y.shape[1], model.dtype
+        )
     # Chunk size from the last chunk's CPU time, kept per run on the worker.
     n_batches = state.get("chunk_batches", spec.chunk_batches)
     lo = 0
@@ -1023,7 +1039,8 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     Returns
     -------
     result : dict
-        ``payload`` (compressed delta or gradient), ``rows``, ``steps``, ``loss_sum``,
+        ``payload`` (compressed delta or gradient), ``rows``, ``weight`` (the rows'
+        sum of sample weights; ``rows`` when unweighted), ``steps``, ``loss_sum``,
         ``busy_s`` (compute wall seconds including emulation), ``due_left`` and
         ``bytes_out``.
     """
@@ -1044,12 +1061,15 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
         optimizer.learning_rate = spec.learning_rate
 
     payload, loss_sum, steps = ROUND_WORK[spec.mode](state, shard, rows, params, spec)
+    _, weights = split_weights(shard.y, spec.layer_sizes[-1])
+    weight = float(quota) if weights is None else float(weights[rows].sum())
     busy_s = time.perf_counter() - start
     if spec.remember_speed and quota:
         _remember_speed(spec, int(quota), busy_s)
     result = {
         "payload": payload,
         "rows": int(quota),
+        "weight": weight,
         "steps": int(steps),
         "loss_sum": float(loss_sum),
         "busy_s": busy_s,
