@@ -146,6 +146,6 @@ def test_non_numeric_columns_are_named_at_fit_and_predict():
     with pytest.raises(ValueError, match=message):
         BPNNClassifier((4,), max_iter=1).fit(X, y)
     numeric = X[["a", "flag"]].astype(float)
-    model = BPNNRegressor((4,), max_iter=1).fit(numeric, y)
+    model = BPNNRegressor(hidden_layer_sizes=(4,), max_iter=1).fit(numeric, y)
     with pytest.raises(ValueError, match=r"non-numeric feature column\(s\) in X: \['flag'\]"):
         model.predict(numeric.assign(flag=["x"] * 12))
