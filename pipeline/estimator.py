@@ -173,6 +173,34 @@ def _check_client_param(client) -> None:
     )
 
 
+def _is_worker_readable(X) -> bool:
+    """A Dask collection or a path: data a cluster's workers read themselves."""
+    return isinstance(X, (str, os.PathLike)) or (
+        hasattr(X, "__dask_graph__") and hasattr(X, "to_delayed")
+    )
+
+
+def _read_in_process(X, y):
+    """A Dask collection or a file (``y``: its label column or key), read here."""
+    if isinstance(X, (str, os.PathLike)):
+        import pandas as pd
+
+        from hmdspt.parallel.readers import read_file
+
+        data = read_file(X, y)
+        if data.y is None:
+            raise ValueError(f"{os.fspath(X)}: no labels; name the label column as y")
+        features = data.X if data.features is None else pd.DataFrame(data.X, columns=data.features)
+        return features, data.y
+    if isinstance(y, str):  # the label column of a Dask DataFrame
+        X, y = X.drop(columns=[y]), X[y]
+    return X.compute(), (y.compute() if hasattr(y, "compute") else y)
+
+
+def _n_rows(X) -> int:
+    return X.n_rows if hasattr(X, "n_rows") else X.shape[0]
+
+
 def _check_numeric_columns(X) -> None:
     """One line naming a data frame's non-numeric columns (scikit-learn names a value)."""
     dtypes = getattr(X, "dtypes", None)
@@ -402,6 +430,17 @@ class _BaseBPNN(BaseEstimator):
         _check_client_param(self.client)
         # Also in-process: a mistyped option fails whether or not this fit would use it.
         self._trainer_config(seed=0, emulation=None).validate()
+        target = self._cluster_target(incremental)
+        if _is_worker_readable(X):
+            if target is None:  # in-process: computed or read here
+                X, y = _read_in_process(X, y)
+            else:
+                from hmdspt.parallel.cluster import connected
+
+                with connected(target) as client:
+                    return self._fit_read_by_workers(
+                        client, X, y, incremental, eval_set, called_at, on_round, sample_weight
+                    )
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -417,7 +456,7 @@ class _BaseBPNN(BaseEstimator):
 
         self._random_state = check_random_state(self.random_state)
         if first_pass:
-            self._initialize(Y, [n_features, *hidden, Y.shape[1]], dtype)
+            self._initialize(Y.shape[1], [n_features, *hidden, Y.shape[1]], dtype)
         elif self._model.dtype != dtype:
             raise ValueError(
                 f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
@@ -430,17 +469,81 @@ class _BaseBPNN(BaseEstimator):
             # The weights travel with their rows as one more target column.
             Y = weighted_targets(Y, sample_weight)
         try:
-            self._fit_stochastic(X, Y, incremental, called_at)
+            self._fit_stochastic(X, Y, incremental, called_at, target)
         finally:
             del self._eval_set  # held-out data is not part of the fitted model
             del self._on_round
             del self._val_weight
+        self._check_finite_params()
+        return self
+
+    def _check_finite_params(self) -> None:
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
                 " contain large values and need to be preprocessed."
             )
+
+    def _fit_read_by_workers(
+        self, client, X, y, incremental, eval_set, called_at, on_round, sample_weight
+    ):
+        """Fit on data the workers read (a Dask collection or a path); nothing gathered.
+
+        The driver handles metadata: the row count, the feature names, the distinct
+        labels (found on the workers). The rows are read on the workers, encoded there,
+        and read again from the source when a lost worker's rows are re-staged.
+        """
+        from hmdspt.parallel.sources import WorkerRead
+
+        where = "with a Dask collection or a file on a cluster"
+        if self.early_stopping:
+            raise ValueError(
+                f"early_stopping=True is not supported {where} yet (its validation rows would "
+                "be held on the driver): pass eval_set=(X_val, y_val) to follow a score"
+            )
+        if sample_weight is not None:
+            raise ValueError(f"sample_weight is not supported {where} yet")
+        hidden = self._hidden_sizes()
+        dtype = _as_dtype(self.dtype)
+        first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
+        label_column = y if isinstance(y, str) else None
+        source = WorkerRead(client, X, None if label_column else y, target=label_column)
+        self._set_n_features(source.n_features, source.feature_names, reset=first_pass)
+        n_outputs, source.encode = self._targets_from(source, client, incremental)
+        self._random_state = check_random_state(self.random_state)
+        if first_pass:
+            self._initialize(n_outputs, [source.n_features, *hidden, n_outputs], dtype)
+        elif self._model.dtype != dtype:
+            raise ValueError(
+                f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
+                "fit again without warm_start."
+            )
+        self._eval_set = self._validate_eval_set(eval_set)
+        self._on_round = on_round
+        self._val_weight = None
+        try:
+            self._fit_stochastic(source, None, incremental, called_at, client)
+        finally:
+            del self._eval_set
+            del self._on_round
+            del self._val_weight
+        self._check_finite_params()
         return self
+
+    def _set_n_features(self, n_features: int, names: list[str] | None, reset: bool) -> None:
+        """``n_features_in_`` and ``feature_names_in_`` as ``validate_data`` sets them."""
+        if not reset:
+            if n_features != self.n_features_in_:
+                raise ValueError(
+                    f"X has {n_features} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            return
+        self.n_features_in_ = n_features
+        if names is not None:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
 
     def _validate_eval_set(self, eval_set):
         """Held-out ``(X, y)`` scored during the fit (``eval_curve_``, run log), or None."""
@@ -476,10 +579,10 @@ class _BaseBPNN(BaseEstimator):
             return X.astype(dtype, copy=False).tocsr()
         return np.ascontiguousarray(X, dtype=dtype)
 
-    def _initialize(self, Y: np.ndarray, layer_units: list[int], dtype: np.dtype) -> None:
+    def _initialize(self, n_outputs: int, layer_units: list[int], dtype: np.dtype) -> None:
         self.n_iter_ = 0
         self.t_ = 0
-        self.n_outputs_ = Y.shape[1]
+        self.n_outputs_ = n_outputs
         self.n_layers_ = len(layer_units)
         self.out_activation_ = self._output_activation()
         self._model = MLP(
@@ -552,8 +655,12 @@ class _BaseBPNN(BaseEstimator):
         return X_train, X_val, np.ascontiguousarray(Y_train), self._decode_targets(Y_val)
 
     def _fit_stochastic(
-        self, X, Y: np.ndarray, incremental: bool, called_at: float | None = None
+        self, X, Y: np.ndarray | None, incremental: bool, called_at: float | None, target
     ) -> None:
+        """The epochs: in-process, or on ``target``'s cluster (None: in-process).
+
+        ``X`` may be a :class:`hmdspt.parallel.sources.WorkerRead` (``Y`` None) on a cluster.
+        """
         if not incremental or not hasattr(self, "_optimizer"):
             self._optimizer = self._make_optimizer()
         if self.early_stopping and incremental:
@@ -564,7 +671,7 @@ class _BaseBPNN(BaseEstimator):
         else:
             X_train, Y_train, X_val, y_val = X, Y, None, None
 
-        n_samples = X_train.shape[0]
+        n_samples = _n_rows(X_train)
         batch_size = self._batch_size(n_samples)
         self.n_iter_ = 0
         self._divergence_warned = False
@@ -572,7 +679,6 @@ class _BaseBPNN(BaseEstimator):
         # The user's clock: eval_curve_ and max_seconds count from the fit() call.
         self._fit_start = time.perf_counter() if called_at is None else called_at
         self._eval_seconds = 0.0
-        target = self._cluster_target(incremental)
         try:
             if target is not None:
                 self._fit_on_cluster(target, X_train, Y_train, X_val, y_val, batch_size, called_at)
@@ -709,8 +815,10 @@ class _BaseBPNN(BaseEstimator):
         if sparse.issparse(X_train):
             X_train = X_train.toarray()
 
+        n_samples = _n_rows(X_train)
+
         def on_epoch_end(epoch: int, loss: float) -> bool:
-            stop = self._end_epoch(loss, len(Y_train), X_val, y_val)
+            stop = self._end_epoch(loss, n_samples, X_val, y_val)
             return stop or self.n_iter_ >= self.max_iter
 
         # The trainer scores most rounds in a background thread while the next trains:
@@ -1182,6 +1290,20 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         )
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
+        self._fit_labels(y, incremental)
+        Y = self._label_binarizer.transform(y)
+        return X, Y
+
+    def _targets_from(self, source, client, incremental: bool):
+        """``(n_outputs, encode)`` of data the workers read: labels found there."""
+        classes = source.unique_labels(client)
+        self._fit_labels(classes, incremental)
+        # The fitted binarizer's transform runs on the workers, on each shard's labels.
+        encode = self._label_binarizer.transform
+        return encode(classes[:1]).shape[1], encode
+
+    def _fit_labels(self, y, incremental: bool) -> None:
+        """Fit (or check against) the label binarizer: ``y`` the labels or their classes."""
         if not hasattr(self, "classes_") or (not self.warm_start and not incremental):
             self._label_binarizer = LabelBinarizer()
             self._label_binarizer.fit(y)
@@ -1207,8 +1329,6 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
                 "The number of classes has to be greater than one; got "
                 f"{len(self._label_binarizer.classes_)} class"
             )
-        Y = self._label_binarizer.transform(y)
-        return X, Y
 
     def _decode_targets(self, Y: np.ndarray):
         return self._label_binarizer.inverse_transform(Y)
@@ -1592,6 +1712,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
         return X, y.reshape(len(y), -1)
+
+    def _targets_from(self, source, client, incremental: bool):
+        """``(n_outputs, encode)`` of data the workers read: the values, as columns."""
+        return source.n_targets, np.asarray
 
     def _decode_targets(self, Y: np.ndarray):
         return Y.ravel() if Y.shape[1] == 1 else Y

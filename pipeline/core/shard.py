@@ -9,6 +9,7 @@ seed and counts give the same shards whatever the source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,3 +154,17 @@ def _unique_labels(shard: Shard) -> np.ndarray | None:
 
 def _held_ids(shard: Shard) -> np.ndarray:
     return shard.row_ids
+
+
+def _encode_shard(shard: Shard, encode: Callable[[np.ndarray], np.ndarray], dtype) -> Shard:
+    """The shard with its labels encoded into the model's targets (``encode(y)``)."""
+    Y = np.asarray(encode(shard.y))
+    Y = np.ascontiguousarray(Y.reshape(len(Y), -1), dtype=dtype)
+    return Shard(X=shard.X, y=Y, row_ids=shard.row_ids, done=shard.done)
+
+
+def _rows_with_ids(shard: Shard, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row ids, X, y)`` of the shard's rows whose ids are in ``ids`` (a sample)."""
+    keep = np.isin(shard.row_ids, ids)
+    y = np.empty((int(keep.sum()), 0)) if shard.y is None else shard.y[keep]
+    return shard.row_ids[keep], shard.X[keep], y

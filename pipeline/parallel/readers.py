@@ -373,6 +373,22 @@ def _csv_shard(
         raise ValueError(f"cannot read {path}: {_first_line(exc)}") from None
 
 
+def _unique_target(
+    kind: str, path: str, meta: Mapping[str, Any], target: str | None, n_rows: int
+) -> np.ndarray:
+    """Distinct labels of a file (the label column or key only), read on a worker."""
+    ids = np.arange(n_rows, dtype=np.int64)
+    if kind == "npz":
+        if meta["y_key"] is None:
+            raise ValueError(f"{path} has no labels for {meta['x_key']}")
+        labels = _npz_rows(path, meta["y_key"], ids, n_rows)
+    elif kind == "parquet":
+        labels = _parquet_shard(meta["files"], [], target, ids, n_rows, np.dtype(np.float32)).y
+    else:
+        labels = _csv_shard(path, [], target, ids, n_rows, np.dtype(np.float32), 65_536).y
+    return np.unique(labels)
+
+
 # --------------------------------------------------------------------------------------
 # Driver side: metadata only
 # --------------------------------------------------------------------------------------

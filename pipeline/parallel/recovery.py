@@ -14,7 +14,7 @@ import numpy as np
 
 from hmdspt.core import partition
 from hmdspt.parallel.client import WorkerLostError, scheduler_workers
-from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids
+from hmdspt.parallel.rebalance import drop_workers, held_row_ids
 from hmdspt.parallel.rounds import TrainingError
 from hmdspt.parallel.scoring import score_workers
 
@@ -99,14 +99,8 @@ class Recovery:
             assignment = {
                 a: np.sort(order[lo:hi]) for a, lo, hi in zip(shares, bounds[:-1], bounds[1:])
             }
-            t.staged = add_rows(
-                t.client,
-                t.staged,
-                t._X,
-                t._Y,
-                assignment,
-                dtype=t.model.dtype,
-                key_name=t._shard_key,
+            t.staged = t._source.add_rows(
+                t.client, t.staged, assignment, dtype=t.model.dtype, key_name=t._shard_key
             )
             t._disturbed_epochs.add(t._epoch)
             t._restaged_rows[t._epoch] += len(missing)

@@ -61,16 +61,20 @@ from hmdspt.parallel.client import (
 from hmdspt.parallel.readers import (
     _check_numeric,
     _csv_meta,
+    _csv_shard,
     _is_numeric_dtype,
     _npz_meta,
+    _npz_shard,
     _parquet_meta,
+    _parquet_shard,
     _read_csv_shard,
     _read_npz_shard,
     _read_parquet_shard,
+    _unique_target,
     source_kind,
 )
 
-__all__ = ["StagedData", "equal_counts", "stage"]
+__all__ = ["DaskReader", "PathReader", "SourceReader", "StagedData", "equal_counts", "stage"]
 
 
 # --------------------------------------------------------------------------------------
@@ -85,7 +89,7 @@ def _take_block_rows(
     stop: int,
     block_start: int,
     dtype: np.dtype | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # perm: or any ids, start 0, stop len
     """Rows of one block of a Dask collection that belong to shard ``perm[start:stop]``.
 
     Runs next to the block. Returns ``(positions in the shard, row ids, values)``;
@@ -616,42 +620,292 @@ def _stage_path(
     csv_chunksize: int,
     skip_lost: bool = False,
 ) -> StagedData:
-    path, kind = source_kind(path, x_key)  # the checks and messages read_file gives
-    if kind == "npz":
-        meta = _npz_meta(path, x_key, target)
-        names, has_y = None, meta["y_key"] is not None
-    else:
-        meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
-        names, has_y = meta["features"], target is not None
-        meta["n_features"] = len(names)
-    n_rows, n_features = meta["n_rows"], meta["n_features"]
-    if n_rows == 0:
-        raise ValueError(f"{path} has no rows")
-    counts = _resolve_counts(client, counts, n_rows, skip_lost)
-    futures: dict[str, Future] = {}
-    lost = _gone_workers(client, counts) if skip_lost else set()
-    for w, (start, stop) in _bounds(counts).items():
-        if w in lost:
-            continue
-        if kind == "npz":
-            args = (_read_npz_shard, path, meta["x_key"], meta["y_key"])
-        elif kind == "parquet":
-            args = (_read_parquet_shard, meta["files"], names, target)
-        else:
-            args = (_read_csv_shard, path, names, target)
-        extra = (csv_chunksize,) if kind == "csv" else ()
-        futures[w] = client.submit(
-            *args,
-            seed,
-            n_rows,
-            start,
-            stop,
-            dtype,
-            *extra,
-            workers=[w],
-            allow_other_workers=False,
-            pure=False,
-        )
+    reader = PathReader(path, target, x_key)
+    counts = _resolve_counts(client, counts, reader.n_rows, skip_lost)
+    lost = frozenset(_gone_workers(client, counts) if skip_lost else ())
+    futures = reader.read_dealt(
+        client, seed, counts, dtype=dtype, skip=lost, csv_chunksize=csv_chunksize
+    )
     futures = _wait_shards(futures, skip_lost)
     counts = {w: counts[w] for w in futures}
-    return StagedData(client, futures, counts, n_features, names, has_y, seed, f"{kind}:{path}")
+    return StagedData(
+        client,
+        futures,
+        counts,
+        reader.n_features,
+        reader.feature_names,
+        reader.labelled,
+        seed,
+        reader.describe(),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Readers: data the workers read, for a fit that stages it and re-stages lost rows
+# --------------------------------------------------------------------------------------
+
+
+def dealt_slices(
+    counts: Mapping[str, int], skip: frozenset[str] = frozenset()
+) -> dict[str, tuple[int, int]]:
+    """Each worker's slice ``[start, stop)`` of the staging permutation (``counts`` order).
+
+    Workers in ``skip`` keep their place in the order but get no slice.
+    """
+    bounds = _bounds({w: c for w, c in counts.items() if c > 0})
+    return {w: b for w, b in bounds.items() if w not in skip}
+
+
+class SourceReader:
+    """Data that the workers read (a Dask collection or a path), by the rows they keep.
+
+    A worker's rows are named either by its slice of the staging permutation
+    (:meth:`read_dealt`, a fresh staging) or by their row ids (:meth:`read_ids`, rows of
+    a lost worker read again from the source). The driver holds metadata only.
+
+    Attributes
+    ----------
+    n_rows, n_features : int
+    feature_names : list of str or None
+    """
+
+    n_rows: int
+    n_features: int
+    feature_names: list[str] | None = None
+
+    @staticmethod
+    def of(
+        client: Client,
+        X: Any,
+        y: Any = None,
+        *,
+        target: str | None = None,
+        x_key: str | None = None,
+    ) -> SourceReader:
+        """The reader of ``X`` (a path or a Dask collection) on ``client``'s cluster."""
+        if isinstance(X, (str, os.PathLike)):
+            if y is not None:
+                raise ValueError("with a path, the labels come from the file: use target=, not y")
+            return PathReader(os.fspath(X), target, x_key)
+        if x_key is not None:
+            raise ValueError("x_key= applies to .npz paths only")
+        return DaskReader(client, X, y, target)
+
+    def unique_labels(self, client: Client) -> np.ndarray:
+        """Sorted distinct labels, found on the workers (only they reach the driver)."""
+        raise NotImplementedError
+
+    @property
+    def n_targets(self) -> int:
+        """Columns of the labels (1 for a label column or a 1-D array)."""
+        return 1
+
+    def describe(self) -> str:
+        """Short description of the source (for logs)."""
+        raise NotImplementedError
+
+    def read_dealt(
+        self,
+        client: Client,
+        seed: int,
+        counts: Mapping[str, int],
+        *,
+        dtype: Any,
+        skip: frozenset[str] = frozenset(),
+        **kw: Any,
+    ) -> dict[str, Future]:
+        """Worker -> future of its :class:`Shard` of its slice of the permutation.
+
+        Workers in ``skip`` (left since ``counts`` was planned) read nothing; the others'
+        slices stay where ``counts`` puts them.
+        """
+        raise NotImplementedError
+
+    def read_ids(
+        self, client: Client, ids: Mapping[str, np.ndarray], *, dtype: Any, **kw: Any
+    ) -> dict[str, Future]:
+        """Worker -> future of a :class:`Shard` of rows ``ids[worker]``, read on it."""
+        raise NotImplementedError
+
+
+class DaskReader(SourceReader):
+    """A Dask array or DataFrame (with labels as ``y`` or the column ``target``)."""
+
+    def __init__(self, client: Client, X: Any, y: Any, target: str | None) -> None:
+        if hasattr(X, "columns"):
+            X, y = _split_target(X, target, y, "Dask DataFrame")
+            _check_numeric(
+                {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()}, "Dask DataFrame"
+            )
+            self.feature_names = [str(c) for c in X.columns]
+            self.n_features = len(self.feature_names)
+        else:
+            if target is not None:
+                raise ValueError("target= names a column: pass a DataFrame or the labels as y")
+            if X.ndim not in (1, 2):
+                raise ValueError(f"X must be 1- or 2-dimensional, got {X.ndim} dimensions")
+            self.n_features = 1 if X.ndim == 1 else int(X.shape[1])
+        if y is None:
+            raise ValueError("no labels: pass y, or name the label column with target=")
+        self.X, self.y = X, y
+        self.x_lengths = _block_lengths(client, X)
+        self.y_lengths = _block_lengths(client, y)
+        self.n_rows = sum(self.x_lengths)
+        if sum(self.y_lengths) != self.n_rows:
+            raise ValueError(f"X has {self.n_rows} rows but y has {sum(self.y_lengths)}")
+        if self.n_rows == 0:
+            raise ValueError("no rows to stage")
+
+    def describe(self) -> str:
+        return "dask"
+
+    def unique_labels(self, client: Client) -> np.ndarray:
+        # Per block on the workers: only each block's distinct labels travel (no shuffle).
+        blocks = client.compute(_delayed_blocks(self.y))
+        parts = client.gather(client.map(_distinct, blocks, pure=False))
+        return np.unique(np.concatenate(parts))
+
+    @property
+    def n_targets(self) -> int:
+        return 1 if getattr(self.y, "ndim", 1) == 1 else int(self.y.shape[1])
+
+    def _read(self, client: Client, plans: Mapping[str, tuple], dtype: Any) -> dict[str, Future]:
+        dtype = np.dtype(dtype)
+        x_blocks = client.compute(_delayed_blocks(self.X))
+        y_blocks = client.compute(_delayed_blocks(self.y))
+        futures = {}
+        for w, (rows, start, stop) in plans.items():
+            futures[w] = client.submit(
+                _assemble_shard,
+                _submit_pieces(client, x_blocks, self.x_lengths, rows, start, stop, dtype),
+                _submit_pieces(client, y_blocks, self.y_lengths, rows, start, stop, None),
+                stop - start,
+                self.n_features,
+                dtype,
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+        return futures  # the blocks are released once the shards no longer need them
+
+    def read_dealt(self, client, seed, counts, *, dtype, skip=frozenset(), **kw):
+        perm = client.submit(_permutation, seed, self.n_rows, pure=False)
+        slices = dealt_slices(counts, skip)
+        return self._read(client, {w: (perm, lo, hi) for w, (lo, hi) in slices.items()}, dtype)
+
+    def read_ids(self, client, ids, *, dtype, **kw):
+        plans = {}
+        for w, rows in ids.items():
+            # Sent once to the worker that keeps them, not with every block's task.
+            plans[w] = (client.scatter(np.asarray(rows, np.int64), workers=[w]), 0, len(rows))
+        return self._read(client, plans, dtype)
+
+
+def _distinct(block: Any) -> np.ndarray:
+    return np.unique(np.asarray(block))
+
+
+def _delayed_blocks(obj: Any) -> list[Any]:
+    if hasattr(obj, "chunks"):
+        if obj.ndim == 2 and len(obj.chunks[1]) > 1:
+            obj = obj.rechunk({1: -1})
+        return list(obj.to_delayed().ravel())
+    return list(obj.to_delayed())
+
+
+def _block_lengths(client: Client, obj: Any) -> list[int]:
+    """Rows of each block; unknown ones are counted on the workers (only counts travel)."""
+    if hasattr(obj, "chunks") and not any(np.isnan(v) for v in obj.chunks[0]):
+        return [int(v) for v in obj.chunks[0]]
+    blocks = client.compute(_delayed_blocks(obj))
+    return [int(v) for v in client.gather(client.map(len, blocks, pure=False))]
+
+
+class PathReader(SourceReader):
+    """An ``.npz`` file, a parquet file or folder, or a CSV file, read on the workers."""
+
+    def __init__(self, path: str, target: str | None, x_key: str | None) -> None:
+        path, kind = source_kind(path, x_key)  # the checks and messages read_file gives
+        self.path, self.kind, self.target = path, kind, target
+        if kind == "npz":
+            meta = _npz_meta(path, x_key, target)
+            self.feature_names = None
+            self.labelled = meta["y_key"] is not None
+        else:
+            meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
+            self.feature_names = meta["features"]
+            self.labelled = target is not None
+            meta["n_features"] = len(self.feature_names)
+        self.meta = meta
+        self.n_rows, self.n_features = meta["n_rows"], meta["n_features"]
+        if self.n_rows == 0:
+            raise ValueError(f"{path} has no rows")
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.path}"
+
+    def unique_labels(self, client: Client) -> np.ndarray:
+        if not self.labelled:
+            raise ValueError(f"{self.path}: no labels; name the label column with target=")
+        task = client.submit(
+            _unique_target, self.kind, self.path, self.meta, self.target, self.n_rows, pure=False
+        )
+        return np.asarray(task.result())
+
+    def read_dealt(
+        self, client, seed, counts, *, dtype, skip=frozenset(), csv_chunksize=65_536, **kw
+    ):
+        meta, names = self.meta, self.feature_names
+        futures = {}
+        for w, (start, stop) in dealt_slices(counts, skip).items():
+            if self.kind == "npz":
+                args = (_read_npz_shard, self.path, meta["x_key"], meta["y_key"])
+            elif self.kind == "parquet":
+                args = (_read_parquet_shard, meta["files"], names, self.target)
+            else:
+                args = (_read_csv_shard, self.path, names, self.target)
+            extra = (csv_chunksize,) if self.kind == "csv" else ()
+            futures[w] = client.submit(
+                *args,
+                seed,
+                self.n_rows,
+                start,
+                stop,
+                np.dtype(dtype),
+                *extra,
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+        return futures
+
+    def read_ids(self, client, ids, *, dtype, csv_chunksize=65_536, **kw):
+        meta, names, dtype = self.meta, self.feature_names, np.dtype(dtype)
+        futures = {}
+        for w, rows in ids.items():
+            rows = np.asarray(rows, np.int64)
+            if self.kind == "npz":
+                call = (
+                    _npz_shard,
+                    self.path,
+                    meta["x_key"],
+                    meta["y_key"],
+                    rows,
+                    self.n_rows,
+                    dtype,
+                )
+            elif self.kind == "parquet":
+                call = (_parquet_shard, meta["files"], names, self.target, rows, self.n_rows, dtype)
+            else:
+                call = (
+                    _csv_shard,
+                    self.path,
+                    names,
+                    self.target,
+                    rows,
+                    self.n_rows,
+                    dtype,
+                    csv_chunksize,
+                )
+            futures[w] = client.submit(*call, workers=[w], allow_other_workers=False, pure=False)
+        return futures

@@ -67,6 +67,7 @@ from hmdspt.parallel.membership import Membership
 from hmdspt.parallel.placement import Placement
 from hmdspt.parallel.recovery import Recovery
 from hmdspt.parallel.rounds import RoundRecord, RoundRunner, TrainingError
+from hmdspt.parallel.sources import InMemory, WorkerRead
 from hmdspt.parallel.worker import RoundSpec, run_key
 
 __all__ = [
@@ -222,8 +223,7 @@ class Trainer:
         self.prediction: dict[str, Any] | None = None
         self._epoch = 0
         self._epoch_complete = True  # epoch 0, "before the first": a fit starts with 1
-        self._X: np.ndarray | None = None
-        self._Y: np.ndarray | None = None
+        self._source: InMemory | WorkerRead | None = None  # re-stages a lost worker's rows
         self.n_rows = 0
         self._names: dict[str, str] = {}
         self._start = time.perf_counter()
@@ -332,8 +332,10 @@ class Trainer:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Inputs (anything :func:`hmdspt.parallel.shards.stage` accepts that is in memory).
-        Y : ndarray of shape (n_samples, n_outputs) or (n_samples, n_outputs + 1)
+            Inputs (anything :func:`hmdspt.parallel.shards.stage` accepts that is in
+            memory), or a :class:`hmdspt.parallel.sources.WorkerRead` (then ``Y`` is
+            None): data the workers read and re-read themselves.
+        Y : ndarray of shape (n_samples, n_outputs) or (n_samples, n_outputs + 1), or None
             Encoded targets, in the model's dtype; one more column carries sample
             weights (:func:`hmdspt.core.nn.weighted_targets`), which then travel with
             their rows and weight the merge.
@@ -429,7 +431,9 @@ class Trainer:
     ) -> list[RoundRecord]:
         self._called_at = time.perf_counter() if called_at is None else float(called_at)
         cfg = self.config
-        n_rows = self.n_rows = len(Y)
+        # Arrays on the driver, or data the workers read (hmdspt.parallel.sources).
+        source = X if isinstance(X, (InMemory, WorkerRead)) else InMemory(X, Y)
+        n_rows = self.n_rows = source.n_rows
         self._checkpoint_extra = checkpoint_extra
         self._on_round = on_round
         self._on_score = on_score
@@ -462,7 +466,7 @@ class Trainer:
                     }
                     for a in sorted(workers)
                 ],
-                dataset={"n_rows": n_rows, "n_features": int(X.shape[1]), **(dataset or {})},
+                dataset={"n_rows": n_rows, "n_features": source.n_features, **(dataset or {})},
                 model={
                     "layers": list(self.model.layer_sizes),
                     "n_params": self.model.n_params,
@@ -472,15 +476,12 @@ class Trainer:
                 called_at=time.time() - (time.perf_counter() - self._called_at),
             )
             counts = self._initial_counts(n_rows, workers)
-            # Kept to re-stage the rows of a lost worker from the source.
-            self._X, self._Y = np.asarray(X), Y
+            self._source = source  # kept to re-stage the rows of a lost worker
             t0 = time.perf_counter()
             # A worker lost meanwhile is left out; its rows then go to the survivors.
-            self.staged = shards.stage(
+            self.staged = source.stage(
                 self.client,
-                X,
-                Y,
-                counts=counts,
+                counts,
                 seed=cfg.seed,
                 dtype=self.model.dtype,
                 skip_lost=True,
@@ -509,11 +510,11 @@ class Trainer:
                 sample = np.random.default_rng(cfg.seed).choice(
                     n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
                 )
-                X_np = np.asarray(X)
+                X_pilot, Y_pilot = source.sample(self.client, self.staged, np.sort(sample))
                 t_pilot = time.perf_counter()
                 self._pilot_fit(
-                    np.ascontiguousarray(X_np[np.sort(sample)], dtype=self.model.dtype),
-                    np.ascontiguousarray(Y[np.sort(sample)], dtype=self.model.dtype),
+                    np.ascontiguousarray(X_pilot, dtype=self.model.dtype),
+                    np.ascontiguousarray(Y_pilot, dtype=self.model.dtype),
                 )
                 t_pilot = time.perf_counter() - t_pilot
                 self._pilot_speed = len(sample) * cfg.warm_start_epochs / max(t_pilot, 1e-9)

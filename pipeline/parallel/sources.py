@@ -1,0 +1,233 @@
+"""Where a fit's rows come from: arrays on the driver, or data the workers read themselves.
+
+The trainer asks its source for three things: stage the rows on the workers in the counts
+it plans, stage given rows again onto given workers (those of a worker that was lost),
+and hand over a small sample of rows by id (the warm start's pilot on the driver).
+
+- :class:`InMemory` holds arrays the driver already has (numpy, pandas).
+- :class:`WorkerRead` names data the workers read: a Dask array or DataFrame (its blocks
+  are computed on the workers), or a path (``.npz``, parquet file or folder, CSV). The
+  driver reads metadata only; every staging, and every re-staging of a lost worker's rows,
+  reads the rows from the source again on the worker that keeps them. Its labels are
+  encoded into the model's targets on the workers by ``encode`` (e.g. a fitted
+  ``LabelBinarizer``'s ``transform``).
+
+Both are plain objects with the same methods: a new kind of source is one more class.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from distributed import Client, Future
+
+from hmdspt.core.shard import _concat_shards, _encode_shard, _rows_with_ids
+from hmdspt.parallel import rebalance, shards
+from hmdspt.parallel.client import _gone_workers, _wait_ok
+from hmdspt.parallel.shards import StagedData
+
+__all__ = ["InMemory", "WorkerRead", "is_worker_readable"]
+
+
+def is_worker_readable(X: Any) -> bool:
+    """Whether ``X`` is data the workers read (a Dask collection or a path)."""
+    return isinstance(X, (str, os.PathLike)) or shards._is_dask(X)
+
+
+class InMemory:
+    """Rows the driver holds: ``X`` (n, n_features) and encoded targets ``Y``."""
+
+    def __init__(self, X: Any, Y: np.ndarray) -> None:
+        self.X = np.asarray(X)
+        self.Y = Y
+        self.n_rows = len(Y)
+        self.n_features = int(self.X.shape[1])
+
+    def stage(
+        self,
+        client: Client,
+        counts: Mapping[str, int],
+        *,
+        seed: int,
+        dtype: Any,
+        skip_lost: bool,
+        key_name: Callable[[str], str] | None,
+    ) -> StagedData:
+        """The rows on the workers, ``counts[worker]`` each (:func:`shards.stage`)."""
+        return shards.stage(
+            client,
+            self.X,
+            self.Y,
+            counts=counts,
+            seed=seed,
+            dtype=dtype,
+            skip_lost=skip_lost,
+            key_name=key_name,
+        )
+
+    def add_rows(
+        self,
+        client: Client,
+        staged: StagedData,
+        assignment: Mapping[str, np.ndarray],
+        *,
+        dtype: Any,
+        key_name: Callable[[str], str] | None,
+    ) -> StagedData:
+        """Rows ``assignment[worker]`` sent to their workers (:func:`rebalance.add_rows`)."""
+        return rebalance.add_rows(
+            client, staged, self.X, self.Y, assignment, dtype=dtype, key_name=key_name
+        )
+
+    def sample(
+        self, client: Client, staged: StagedData, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``ids`` (sorted) as ``(X, Y)`` on the driver."""
+        return self.X[ids], self.Y[ids]
+
+
+class WorkerRead:
+    """Data the workers read: a Dask array or DataFrame, or a path.
+
+    Parameters
+    ----------
+    client : Client
+        The cluster's client: block lengths the source does not know are counted there.
+    X : Dask array, Dask DataFrame, str or os.PathLike
+        The features (with the labels, for a data frame or a file named by ``target``).
+    y : Dask array or Series, optional
+        The labels, when not a column of ``X``.
+    target : str, optional
+        Label column of a data frame, parquet or CSV file; label key of an ``.npz``.
+    x_key : str, optional
+        Feature key of an ``.npz`` file.
+    encode : callable, optional
+        ``encode(labels) -> targets``, run on the workers after every read: the labels
+        as the model trains on them (float, 2-D).
+    csv_chunksize : int, default=65536
+        Rows a worker parses at a time from a CSV file.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        X: Any,
+        y: Any = None,
+        *,
+        target: str | None = None,
+        x_key: str | None = None,
+        encode: Callable[[np.ndarray], np.ndarray] | None = None,
+        csv_chunksize: int = 65_536,
+    ) -> None:
+        self.X, self.y, self.target, self.x_key = X, y, target, x_key
+        self.encode = encode
+        self.csv_chunksize = csv_chunksize
+        self.reader = shards.SourceReader.of(client, X, y, target=target, x_key=x_key)
+        self.n_rows = self.reader.n_rows
+        self.n_features = self.reader.n_features
+        self.feature_names = self.reader.feature_names
+        self.n_targets = self.reader.n_targets
+
+    def unique_labels(self, client: Client) -> np.ndarray:
+        """Sorted distinct labels, found on the workers."""
+        return self.reader.unique_labels(client)
+
+    def stage(
+        self,
+        client: Client,
+        counts: Mapping[str, int],
+        *,
+        seed: int,
+        dtype: Any,
+        skip_lost: bool,
+        key_name: Callable[[str], str] | None = None,
+    ) -> StagedData:
+        """Every worker reads its ``counts[worker]`` rows (the staging permutation's)."""
+        del key_name  # nothing is scattered: each shard is a task's result on its worker
+        counts = shards._resolve_counts(client, counts, self.n_rows, skip_lost)
+        lost = frozenset(_gone_workers(client, counts) if skip_lost else ())
+        futures = self.reader.read_dealt(
+            client, seed, counts, dtype=dtype, skip=lost, csv_chunksize=self.csv_chunksize
+        )
+        futures = shards._wait_shards(self._encoded(client, futures, dtype), skip_lost)
+        return StagedData(
+            client,
+            futures,
+            {w: counts[w] for w in futures},
+            self.n_features,
+            self.feature_names,
+            True,
+            seed,
+            self.reader.describe(),
+        )
+
+    def add_rows(
+        self,
+        client: Client,
+        staged: StagedData,
+        assignment: Mapping[str, np.ndarray],
+        *,
+        dtype: Any,
+        key_name: Callable[[str], str] | None = None,
+    ) -> StagedData:
+        """Rows ``assignment[worker]`` read from the source on their workers and appended.
+
+        As :func:`rebalance.add_rows`: ``staged`` stays whole until every worker has its
+        rows, so a worker lost meanwhile leaves it usable for another assignment.
+        """
+        del key_name
+        wanted = {w: np.asarray(ids, dtype=np.int64) for w, ids in assignment.items() if len(ids)}
+        pieces = self._encoded(
+            client,
+            self.reader.read_ids(client, wanted, dtype=dtype, csv_chunksize=self.csv_chunksize),
+            dtype,
+        )
+        futures, counts = dict(staged.futures), dict(staged.counts)
+        merged: dict[str, Future] = {}
+        for w, piece in pieces.items():
+            merged[w] = client.submit(
+                _concat_shards,
+                futures.get(w),
+                piece,
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+        _wait_ok(merged.values(), merged)
+        for w, fut in merged.items():
+            if w in futures:
+                futures[w].release()
+            futures[w] = fut
+            counts[w] = counts.get(w, 0) + len(wanted[w])
+        return replace(staged, futures=futures, counts=counts)
+
+    def sample(
+        self, client: Client, staged: StagedData, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``ids`` (sorted) gathered from the shards that hold them: a small sample."""
+        parts = client.gather(list(staged.map_shards(_rows_with_ids, ids).values()))
+        row_ids = np.concatenate([p[0] for p in parts])
+        order = np.argsort(row_ids)
+        X = np.concatenate([p[1] for p in parts])[order]
+        Y = np.concatenate([p[2] for p in parts])[order]
+        return X, Y
+
+    def _encoded(self, client: Client, futures: dict[str, Future], dtype: Any) -> dict[str, Future]:
+        if self.encode is None:
+            return futures
+        return {
+            w: client.submit(
+                _encode_shard,
+                fut,
+                self.encode,
+                np.dtype(dtype),
+                workers=[w],
+                allow_other_workers=False,
+                pure=False,
+            )
+            for w, fut in futures.items()
+        }

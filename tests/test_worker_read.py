@@ -1,0 +1,221 @@
+"""Fits on data the workers read (Dask collections, files): nothing gathered on the driver.
+
+In-process clusters: which rows a worker reads, and what the estimator does with them, is
+logic; the driver-memory measurement on process workers is ``benchmarks/bench_driver_memory.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.preprocessing import LabelBinarizer
+
+from hmdspt import BPNNClassifier, BPNNRegressor
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.core.shard import _rows_with_ids
+from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.sources import WorkerRead
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
+
+N_ROWS, N_FEATURES = 6000, 10
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def frame():
+    X, y = make_classification(
+        n_samples=N_ROWS, n_features=N_FEATURES, n_informative=6, n_classes=3, random_state=0
+    )
+    columns = [f"f{i}" for i in range(N_FEATURES)]
+    return pd.DataFrame(X.astype(np.float32), columns=columns).assign(
+        label=np.array(list("abc"))[y]
+    )
+
+
+@pytest.fixture(scope="module")
+def files(frame, tmp_path_factory):
+    """The same rows as a parquet file, a parquet folder, a gzipped CSV and an ``.npz``."""
+    d = tmp_path_factory.mktemp("sources")
+    frame.to_parquet(d / "rows.parquet")
+    (d / "folder").mkdir()
+    frame.iloc[:2500].to_parquet(d / "folder" / "a.parquet")
+    frame.iloc[2500:].to_parquet(d / "folder" / "b.parquet")
+    frame.to_csv(d / "rows.csv.gz", index=False)
+    labels = frame["label"].to_numpy().astype("U1")  # npz holds no Python objects
+    np.savez(d / "rows.npz", X=frame.drop(columns="label").to_numpy(), y=labels)
+    return d
+
+
+def _sources(frame, files):
+    ddf = dd.from_pandas(frame, npartitions=4)
+    X, y = frame.drop(columns="label").to_numpy(), frame["label"].to_numpy()
+    return {
+        "dask array": (da.from_array(X, chunks=1500), da.from_array(y, chunks=1500)),
+        "dask DataFrame": (ddf.drop(columns="label"), ddf["label"]),
+        "dask DataFrame and its label column": (ddf, "label"),
+        "parquet file": (files / "rows.parquet", "label"),
+        "parquet folder": (str(files / "folder"), "label"),
+        "gzipped CSV": (str(files / "rows.csv.gz"), "label"),
+        "npz": (files / "rows.npz", None),
+    }
+
+
+SOURCES = [
+    "dask array",
+    "dask DataFrame",
+    "dask DataFrame and its label column",
+    "parquet file",
+    "parquet folder",
+    "gzipped CSV",
+    "npz",
+]
+
+
+def _fit(model, X, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence; "slower than one process alone"
+        return model.fit(X, y)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_every_source_trains_on_the_cluster_as_numpy_does(client, frame, files, name):
+    X, y = _sources(frame, files)[name]
+    params = dict(hidden_layer_sizes=(16,), max_iter=4, random_state=0, learning_rate_init=0.01)
+    model = _fit(BPNNClassifier(client=client, **params), X, y)
+    assert hasattr(model, "training_report_")  # trained on the cluster
+    features = frame.drop(columns="label")
+    from_numpy = _fit(BPNNClassifier(client=client, **params), features.to_numpy(), frame["label"])
+    assert list(model.classes_) == ["a", "b", "c"] and model.n_features_in_ == N_FEATURES
+    named = name not in ("dask array", "npz")
+    assert hasattr(model, "feature_names_in_") == named
+    if named:
+        assert list(model.feature_names_in_) == list(features.columns)
+    test = features if named else features.to_numpy()
+    score, reference = (
+        model.score(test, frame["label"]),
+        from_numpy.score(test.to_numpy() if named else test, frame["label"]),
+    )
+    assert score > 0.7 and abs(score - reference) < 0.05, (score, reference)
+
+
+def test_a_regressor_reads_a_dask_array_on_the_cluster(client, frame):
+    X = frame.drop(columns="label").to_numpy()
+    target = 2 * X[:, 0] - X[:, 1]
+    params = dict(hidden_layer_sizes=(16,), max_iter=8, random_state=0, learning_rate_init=0.01)
+    model = _fit(
+        BPNNRegressor(client=client, **params),
+        da.from_array(X, chunks=1500),
+        da.from_array(target, chunks=1500),
+    )
+    reference = _fit(BPNNRegressor(client=client, **params), X, target)
+    assert hasattr(model, "training_report_") and model.n_outputs_ == 1
+    score, expected = model.score(X, target), reference.score(X, target)
+    assert score > 0.8 and abs(score - expected) < 0.05, (score, expected)
+
+
+def test_in_process_fits_compute_dask_input_and_read_files_here(frame, files):
+    model = _fit(BPNNClassifier((8,), max_iter=2, client=False), files / "rows.parquet", "label")
+    assert not hasattr(model, "training_report_") and list(model.feature_names_in_)[0] == "f0"
+    ddf = dd.from_pandas(frame, npartitions=3)
+    model = _fit(BPNNClassifier((8,), max_iter=2, client=False), ddf, "label")
+    assert not hasattr(model, "training_report_") and list(model.classes_) == ["a", "b", "c"]
+
+
+def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files):
+    path = files / "rows.parquet"
+    with pytest.raises(ValueError, match="early_stopping=True is not supported with a Dask"):
+        BPNNClassifier(client=client, early_stopping=True).fit(path, "label")
+    with pytest.raises(ValueError, match="sample_weight is not supported with a Dask"):
+        BPNNClassifier(client=client).fit(path, "label", sample_weight=np.ones(N_ROWS))
+    with pytest.raises(ValueError, match="target column 'nope' not found"):
+        BPNNClassifier(client=client).fit(path, "nope")
+
+
+@pytest.mark.parametrize("name", ["dask DataFrame", "parquet folder", "gzipped CSV", "npz"])
+def test_rows_read_again_by_id_are_the_sources_rows(client, frame, files, name):
+    """What re-stages a lost worker's rows: read by row id on the receiving worker."""
+    X, y = _sources(frame, files)[name]
+    encoder = LabelBinarizer().fit(["a", "b", "c"])
+    target = y if isinstance(y, str) else None
+    source = WorkerRead(client, X, None if target else y, target=target, encode=encoder.transform)
+    workers = sorted(scheduler_workers(client))
+    staged = source.stage(
+        client, {workers[0]: 4000, workers[1]: 2000}, seed=3, dtype=np.float32, skip_lost=False
+    )
+    ids = np.random.default_rng(0).choice(N_ROWS, 500, replace=False)
+    staged = source.add_rows(client, staged, {workers[2]: ids}, dtype=np.float32)
+    assert staged.counts == {workers[0]: 4000, workers[1]: 2000, workers[2]: 500}
+    row_ids, X_rows, Y_rows = client.gather(
+        staged.map_shards(_rows_with_ids, np.arange(N_ROWS))[workers[2]]
+    )
+    assert sorted(row_ids) == sorted(ids)
+    expected = frame.drop(columns="label").to_numpy()[row_ids]
+    np.testing.assert_array_equal(X_rows, expected)
+    np.testing.assert_array_equal(Y_rows, encoder.transform(frame["label"].to_numpy()[row_ids]))
+    staged.release()
+
+
+def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame, tmp_path):
+    log = tmp_path / "run.jsonl"
+    with Client(cluster) as client:
+        cluster.scale(4)  # a worker to lose, beside the module's three
+        client.wait_for_workers(4)
+        victim = list(cluster.workers.values())[-1]
+        encoder = LabelBinarizer().fit(["a", "b", "c"])
+        source = WorkerRead(
+            client, files / "rows.parquet", target="label", encode=encoder.transform
+        )
+        model = MLP((N_FEATURES, 16, 3))
+        model.initialize(np.random.RandomState(0))
+        config = TrainerConfig(
+            rounds_per_epoch=3, record_row_ids=True, run_log=str(log), probe_seconds=0.2
+        )
+        trainer = Trainer(client, model, dict(solver="adam", learning_rate_init=0.01), 64, config)
+
+        def close_after_round_two() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if log.exists() and sum(e["event"] == "round" for e in read_events(log)) >= 2:
+                    cluster.sync(victim.close)
+                    return
+                time.sleep(0.02)
+
+        closer = threading.Thread(target=close_after_round_two)
+        closer.start()
+        trainer.fit(source, None, max_epochs=6)
+        closer.join()
+        cluster.scale(3)
+    events = read_events(log)
+    assert any(e["event"] == "worker_lost" for e in events), [e["event"] for e in events]
+    restaged = [e for e in events if e["event"] == "partition" and e.get("restaged")]
+    assert restaged and restaged[0]["restaged"] > 0
+    for epoch, seen in trainer.rows_seen.items():
+        if epoch > max(trainer._disturbed_epochs):
+            assert (seen == 1).all(), f"epoch {epoch}: {np.bincount(seen)}"
+    assert events[-1]["status"] == "completed"
+    labels = frame["label"].map({"a": 0, "b": 1, "c": 2}).to_numpy()
+    accuracy = (model.forward(frame.drop(columns="label").to_numpy()).argmax(1) == labels).mean()
+    assert accuracy > 0.7
