@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import multiprocessing
 import os
 import sys
@@ -120,17 +121,72 @@ def _is_dask_array(X) -> bool:
     return type(X).__module__.startswith("dask.array") and hasattr(X, "map_blocks")
 
 
+def _is_dask_frame(X) -> bool:
+    return type(X).__module__.startswith("dask") and hasattr(X, "map_partitions")
+
+
+def _is_lazy(X) -> bool:
+    """Dask input: predictions are lazy, computed block by block on the workers."""
+    return _is_dask_array(X) or _is_dask_frame(X)
+
+
+def _on_frame(method, columns: list, block: np.ndarray):
+    """``method`` on a block as the data frame it came from (its feature names kept)."""
+    import pandas as pd
+
+    return method(pd.DataFrame(block, columns=columns))
+
+
+def _rows_of(X):
+    """A Dask array of ``X``'s rows with known block lengths (counted on the workers)."""
+    if _is_dask_frame(X):
+        with warnings.catch_warnings():
+            # String labels become object arrays, which compare as they should.
+            warnings.filterwarnings("ignore", "Dask currently has limited support for converting")
+            return X.to_dask_array(lengths=True)
+    return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
+
+
 def _blockwise(method, X, n_columns: int | None, dtype):
-    """Apply ``method`` to every row block of dask array ``X``; a dask array back.
+    """Apply ``method`` to every row block of Dask array or DataFrame ``X``; a Dask array.
 
     ``n_columns`` is the width of the output, None for a 1-d output.
     """
+    if _is_dask_frame(X):
+        method = functools.partial(_on_frame, method, list(X.columns))
+    X = _rows_of(X)
     X = X.rechunk({1: -1})  # whole rows in every block
     if n_columns is None:
         return X.map_blocks(method, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype))
     return X.map_blocks(
         method, dtype=dtype, chunks=(X.chunks[0], (n_columns,)), meta=np.empty((0, 0), dtype)
     )
+
+
+def _aligned_labels(y, X):
+    """Dask labels in the row blocks of ``X``'s predictions (for a lazy ``score``)."""
+    import dask.array as da
+
+    rows = _rows_of(X)
+    labels = _rows_of(y) if _is_lazy(y) else da.from_array(np.asarray(y))
+    return labels.rechunk({0: rows.chunks[0]})
+
+
+def _lazy_mean(values, sample_weight=None):
+    """(Weighted) mean over the rows of a Dask array, lazily; per column for 2-D."""
+    if sample_weight is None:
+        return values.mean(axis=0)
+    import dask.array as da
+
+    weights = (
+        _rows_of(sample_weight)
+        if _is_lazy(sample_weight)
+        else da.from_array(np.asarray(sample_weight, dtype=np.float64))
+    )
+    weights = weights.rechunk({0: values.chunks[0]})
+    if values.ndim == 2:
+        weights = weights[:, None]
+    return (values * weights).sum(axis=0) / weights.sum(axis=0)
 
 
 def _emulation_of(client) -> dict | None:
@@ -1353,7 +1409,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The predicted classes.
         """
         check_is_fitted(self)
-        if _is_dask_array(X):
+        if _is_lazy(X):
             width = (
                 None
                 if self.n_outputs_ == 1 or self.out_activation_ == "softmax"
@@ -1361,6 +1417,20 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             )
             return _blockwise(self.predict, X, width, self.classes_.dtype)
         return self._predict(X)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of ``predict(X)`` against ``y``, as scikit-learn's ``score``.
+
+        On Dask input (a Dask array or DataFrame ``X``, labels as a Dask array or
+        Series) the result is a lazy Dask scalar, computed block by block on the
+        workers: call ``float()`` or ``.compute()`` on it.
+        """
+        if _is_lazy(X):
+            hits = self.predict(X) == _aligned_labels(y, X)
+            if hits.ndim == 2:  # multilabel: a row is right when all its labels are
+                hits = hits.all(axis=1)
+            return _lazy_mean(hits, sample_weight)
+        return super().score(X, y, sample_weight=sample_weight)
 
     def predict_proba(self, X):
         """Probability estimates.
@@ -1376,7 +1446,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             Probability of each class, ordered as in ``classes_``.
         """
         check_is_fitted(self)
-        if _is_dask_array(X):
+        if _is_lazy(X):
             width = 2 if self.n_outputs_ == 1 else self.n_outputs_
             return _blockwise(self.predict_proba, X, width, self._model.dtype)
         y_pred = self._forward(X)
@@ -1724,6 +1794,21 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         y_pred = self._forward(X, check_input=check_input, model=model)
         return y_pred.ravel() if y_pred.shape[1] == 1 else y_pred
 
+    def score(self, X, y, sample_weight=None):
+        """R^2 of ``predict(X)`` against ``y``, as scikit-learn's ``score``.
+
+        On Dask input (a Dask array or DataFrame ``X``, targets as a Dask array or
+        Series) the result is a lazy Dask scalar, computed block by block on the
+        workers: call ``float()`` or ``.compute()`` on it.
+        """
+        if _is_lazy(X):
+            y_true = _aligned_labels(y, X).astype(np.float64)
+            y_pred = self.predict(X).astype(np.float64).reshape(y_true.shape)
+            residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
+            spread = _lazy_mean((y_true - _lazy_mean(y_true, sample_weight)) ** 2, sample_weight)
+            return (1 - residual / spread).mean()  # per output, then their mean
+        return super().score(X, y, sample_weight=sample_weight)
+
     def predict(self, X):
         """Predict using the multi-layer perceptron model.
 
@@ -1738,7 +1823,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             The predicted values.
         """
         check_is_fitted(self)
-        if _is_dask_array(X):
+        if _is_lazy(X):
             width = None if self.n_outputs_ == 1 else self.n_outputs_
             return _blockwise(self.predict, X, width, self._model.dtype)
         return self._predict(X)

@@ -52,6 +52,7 @@ PARALLEL_MODULES = {
     "client",
     "readers",
     "shards",
+    "sources",
     "rebalance",
     "worker",
     "lifecycle",

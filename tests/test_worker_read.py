@@ -219,3 +219,38 @@ def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame,
     labels = frame["label"].map({"a": 0, "b": 1, "c": 2}).to_numpy()
     accuracy = (model.forward(frame.drop(columns="label").to_numpy()).argmax(1) == labels).mean()
     assert accuracy > 0.7
+
+
+def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, frame):
+    features = frame.drop(columns="label")
+    model = _fit(
+        BPNNClassifier((16,), max_iter=10, random_state=0, client=False), features, frame["label"]
+    )
+    ddf = dd.from_pandas(features, npartitions=4)
+    labels = dd.from_pandas(frame["label"], npartitions=4)
+    weights = np.random.default_rng(0).random(N_ROWS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "X does not have valid feature names"
+        lazy = {
+            "predict": model.predict(ddf),
+            "predict_proba": model.predict_proba(ddf),
+            "score": model.score(ddf, labels),
+            "weighted score": model.score(ddf, labels, sample_weight=weights),
+        }
+        assert all(hasattr(v, "dask") for v in lazy.values()), lazy  # nothing computed yet
+        np.testing.assert_array_equal(lazy["predict"].compute(), model.predict(features))
+        np.testing.assert_allclose(
+            lazy["predict_proba"].compute(), model.predict_proba(features), rtol=1e-5
+        )  # float32 sums over blocks of other sizes
+        assert float(lazy["score"]) == pytest.approx(model.score(features, frame["label"]))
+        assert float(lazy["weighted score"]) == pytest.approx(
+            model.score(features, frame["label"], sample_weight=weights)
+        )
+    X = features.to_numpy()
+    targets = np.c_[X[:, 0], 3 * X[:, 1]]
+    regressor = _fit(
+        BPNNRegressor(hidden_layer_sizes=(16,), max_iter=10, random_state=0), X, targets
+    )
+    score = regressor.score(da.from_array(X, chunks=1000), da.from_array(targets, chunks=1500))
+    assert hasattr(score, "dask")
+    assert float(score) == pytest.approx(regressor.score(X, targets), rel=1e-6)
