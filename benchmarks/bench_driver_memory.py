@@ -12,6 +12,12 @@ Driver memory is the RSS high-water during ``fit`` minus the RSS just before it 
 also hosts the scheduler, which is counted. The ratio printed is that growth over the
 data's size in memory (rows x (features x 4 + 8) bytes).
 
+Then the same folder through the command line: ``hmdspt train --data FOLDER --target
+label`` on its emulated 3-worker cluster, whose driver process's peak RSS (sampled from
+``/proc`` every 20 ms: the CLI runs the scheduler too, its workers are other processes)
+is set against the same command on a folder of 1 % of the rows: the difference is what
+the data cost the driver.
+
 Run: ``python -m benchmarks.bench_driver_memory [--rows N] [--epochs E]``.
 """
 
@@ -45,6 +51,34 @@ def write_folder(out: Path, rows: int, seed: int = 0) -> None:
         label = (X @ weights + 0.5 * rng.standard_normal((n, 3))).argmax(1).astype(np.int64)
         frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(FEATURES)]).assign(label=label)
         frame.to_parquet(out / f"part-{i:02d}.parquet", row_group_size=65_536)
+
+
+def cli_peak_rss(folder: Path, epochs: int) -> tuple[int, float]:
+    """Peak RSS in bytes and wall seconds of ``hmdspt train --data folder`` (a child).
+
+    The child's own RSS, sampled every 20 ms from ``/proc``: its rusage would also count
+    its worker processes, which it waits for.
+    """
+    import os
+
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hmdspt", "train", "--data", str(folder), "--target", "label"]
+        + ["--epochs", str(epochs), "--hidden", "32", "--run-dir", str(folder.parent / "runs")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    page, peak = os.sysconf("SC_PAGE_SIZE"), 0
+    while child.poll() is None:
+        try:
+            with open(f"/proc/{child.pid}/statm") as f:
+                peak = max(peak, int(f.read().split()[1]) * page)
+        except (OSError, ValueError, IndexError):  # it just ended
+            pass
+        time.sleep(0.02)
+    if child.returncode:
+        raise RuntimeError(f"hmdspt train exited {child.returncode}")
+    return peak, time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +122,15 @@ def main(argv: list[str] | None = None) -> int:
             if _maxrss() > maxrss_before:
                 peak = max(peak, _maxrss())
             rows = {n: r["rows"] for n, r in model.training_report_.items()}
+        small = Path(tmp) / "small"
+        small.mkdir()
+        code = (
+            "from pathlib import Path; from benchmarks.bench_driver_memory import write_folder; "
+            f"write_folder(Path({str(small)!r}), {args.rows // 100})"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True)
+        small_peak, small_wall = cli_peak_rss(small, args.epochs)
+        cli_peak, cli_wall = cli_peak_rss(folder, args.epochs)
     growth = peak - before
     print(
         f"data: {args.rows:,} rows x {FEATURES} float32 + int64 label in {FILES} parquet "
@@ -97,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"driver RSS: {before / 1e6:.0f} MB before the fit, peak {peak / 1e6:.0f} MB; "
         f"growth {growth / 1e6:.1f} MB = {growth / in_memory:.1%} of the data in memory"
+    )
+    cli_growth = cli_peak - small_peak
+    print(
+        f"hmdspt train --data FOLDER: driver peak RSS {cli_peak / 1e6:.0f} MB ({cli_wall:.1f} s)"
+        f" against {small_peak / 1e6:.0f} MB on 1 % of the rows ({small_wall:.1f} s): "
+        f"{cli_growth / 1e6:.1f} MB = {cli_growth / in_memory:.1%} of the data in memory"
     )
     return 0
 

@@ -336,12 +336,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             start = time.perf_counter()
             clf.fit(X_train, y_train)
             wall = time.perf_counter() - start
+            accuracy = clf.score(X_test, y_test)
             print(f"fit: in-process, {clf.n_iter_} epochs, {wall:.2f} s, loss {clf.loss_:.4f}")
         else:
             stack, client, label = _cluster_and_client(args)
             with stack:
                 print(f"cluster: {label}")
-                X_train, X_test, y_train, y_test = _scaled_data(args)
+                X_train, X_test, y_train, y_test = _cluster_data(args)
+                # Held-out data the workers read is scored at the end, not every round.
+                eval_set = None if _read_by_workers(X_test) else (X_test, y_test)
                 clf = BPNNClassifier(
                     client=client,
                     sync=args.sync,
@@ -352,8 +355,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 )
                 start = time.perf_counter()
                 with _RoundBar(args.epochs) as progress:
-                    clf.fit(X_train, y_train, eval_set=(X_test, y_test), on_round=progress)
+                    clf.fit(X_train, y_train, eval_set=eval_set, on_round=progress)
                 wall = time.perf_counter() - start
+                # While the cluster is up: Dask test data is scored by its workers.
+                accuracy = float(clf.score(X_test, y_test))
             print(
                 f"fit: sync={args.sync}, partition={args.partition}, {clf.n_iter_} epochs, "
                 f"{wall:.2f} s, loss {clf.loss_:.4f}"
@@ -394,7 +399,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             for line in _prediction_lines(clf.prediction_):
                 print(line)
             print(f"run log: {clf.run_log_path_}")
-    print(f"test accuracy: {clf.score(X_test, y_test):.4f}")
+    print(f"test accuracy: {accuracy:.4f}")
     return 0
 
 
@@ -458,6 +463,56 @@ def cmd_score(args: argparse.Namespace) -> int:
     )
     print(f"probe took {took:.2f} s")
     return 0
+
+
+def _read_by_workers(data) -> bool:
+    return hasattr(data, "__dask_graph__")
+
+
+def _cluster_data(args: argparse.Namespace):
+    """Train/test data of a cluster fit: parquet and CSV files stay with the workers.
+
+    They become Dask DataFrames, split 80/20 and standardised lazily (the means and
+    standard deviations are computed on the workers), which the fit reads on the
+    workers; ``.npz`` files and the embedded default are read here (:func:`_scaled_data`).
+    """
+    from hmdspt.parallel.readers import reader_kind
+
+    if not args.data or reader_kind(args.data) == "npz":
+        return _scaled_data(args)
+    import dask
+    import dask.dataframe as dd
+
+    from hmdspt.parallel.readers import non_numeric_columns
+
+    if reader_kind(args.data) == "parquet":
+        frame = dd.read_parquet(args.data)
+    else:  # a compressed CSV cannot be split into blocks: one partition
+        compressed = not args.data.lower().endswith(".csv")
+        frame = dd.read_csv(args.data, blocksize=None if compressed else "64MB")
+    if args.target not in frame.columns:
+        raise CliError(
+            f"{args.data}: target column {args.target!r} not found; columns are "
+            f"{list(frame.columns)}"
+        )
+    features = [c for c in frame.columns if c != args.target]
+    bad = non_numeric_columns(frame[features].dtypes)
+    if bad:
+        raise CliError(f"non-numeric feature column(s) in {args.data}: {bad}; encode them first")
+    train, test = frame.random_split([0.8, 0.2], random_state=args.seed)
+    mean, std = dask.compute(train[features].mean(), train[features].std())
+    std = std.where(std > 0, 1.0)
+
+    def scaled(part):
+        return ((part[features] - mean) / std).astype(np.float32)
+
+    X_train, X_test = train.map_partitions(scaled), test.map_partitions(scaled)
+    n_train, n_test = dask.compute(train.map_partitions(len).sum(), test.map_partitions(len).sum())
+    print(
+        f"data: {args.data} (read by the workers), {n_train} train / {n_test} test rows, "
+        f"{len(features)} features"
+    )
+    return X_train, X_test, train[args.target], test[args.target]
 
 
 def _scaled_data(args: argparse.Namespace):
