@@ -557,13 +557,27 @@ class _BaseBPNN(BaseEstimator):
                 f"early_stopping=True is not supported {where} yet (its validation rows would "
                 "be held on the driver): pass eval_set=(X_val, y_val) to follow a score"
             )
-        if sample_weight is not None:
-            raise ValueError(f"sample_weight is not supported {where} yet")
+        if sample_weight is not None and isinstance(X, (str, os.PathLike)):
+            raise ValueError("sample_weight is not supported with a path yet")
+        if sample_weight is not None and not _is_lazy(sample_weight):
+            import dask.array as da
+
+            # Weights the driver holds already: cut into blocks the workers take rows of.
+            sample_weight = da.from_array(np.asarray(sample_weight, dtype=np.float64))
+        if sample_weight is not None and client.compute((sample_weight < 0).any()).result():
+            # Checked on the workers before any row is read: one bool reaches the driver.
+            raise ValueError("Negative values in data passed to `sample_weight`.")
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
         label_column = y if isinstance(y, str) else None
-        source = WorkerRead(client, X, None if label_column else y, target=label_column)
+        source = WorkerRead(
+            client,
+            X,
+            None if label_column else y,
+            target=label_column,
+            sample_weight=sample_weight,
+        )
         self._set_n_features(source.n_features, source.feature_names, reset=first_pass)
         n_outputs, source.encode = self._targets_from(source, client, incremental)
         self._random_state = check_random_state(self.random_state)

@@ -33,12 +33,16 @@ class Shard:
         Rows already processed in the current epoch (training marks them). It travels
         with the rows when they move, so every row is processed exactly once per epoch
         even when shards change between rounds. All False when not given.
+    weights : ndarray of shape (n_rows,), optional
+        Sample weights read with raw labels, until :func:`_encode_shard` makes them the
+        last column of the encoded targets (which then carry them); None otherwise.
     """
 
     X: np.ndarray
     y: np.ndarray | None
     row_ids: np.ndarray
     done: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.row_ids)
@@ -157,9 +161,18 @@ def _held_ids(shard: Shard) -> np.ndarray:
 
 
 def _encode_shard(shard: Shard, encode: Callable[[np.ndarray], np.ndarray], dtype) -> Shard:
-    """The shard with its labels encoded into the model's targets (``encode(y)``)."""
+    """The shard with its labels encoded into the model's targets (``encode(y)``).
+
+    Sample weights read with the labels become the targets' last column (weighted
+    targets, as :func:`hmdspt.core.nn.weighted_targets` makes them).
+    """
     Y = np.asarray(encode(shard.y))
-    Y = np.ascontiguousarray(Y.reshape(len(Y), -1), dtype=dtype)
+    Y = Y.reshape(len(Y), -1)
+    if shard.weights is not None:
+        if (shard.weights < 0).any():
+            raise ValueError("Negative values in data passed to `sample_weight`.")
+        Y = np.column_stack([Y, shard.weights])
+    Y = np.ascontiguousarray(Y, dtype=dtype)
     return Shard(X=shard.X, y=Y, row_ids=shard.row_ids, done=shard.done)
 
 

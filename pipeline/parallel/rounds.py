@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import merge
-from hmdspt.parallel.client import scatter_each, scheduler_workers
+from hmdspt.parallel.client import WorkerLostError, scatter_each, scheduler_workers
 from hmdspt.parallel.worker import RoundSpec, round_task, run_key
 
 __all__ = ["RoundRecord", "RoundRunner", "TrainingError"]
@@ -50,6 +50,9 @@ class RoundRunner:
     # A worker whose result could not be fetched may have died before the scheduler
     # noticed: wait this long for its removal before calling the failure its own.
     LOSS_NOTICE_S = 5.0
+    # A finished task's result whose worker leaves before it is fetched is recomputed on
+    # its pinned worker, that is never: the fetch checks that often that it is still there.
+    FETCH_POLL_S = 1.0
 
     def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
         self.trainer = trainer
@@ -155,6 +158,17 @@ class RoundRunner:
                     "retiring without leaving, or unreachable)"
                 )
 
+    def _fetch(self, future: Any, addr: str) -> dict:
+        """A round task's result; raises if its worker leaves before it arrives."""
+        while True:
+            try:
+                return future.result(timeout=self.FETCH_POLL_S)
+            except TimeoutError:
+                if self.trainer.membership.gone({addr}):
+                    raise WorkerLostError(
+                        f"worker {addr} left before its result was fetched"
+                    ) from None
+
     def run(
         self,
         epoch: int,
@@ -195,7 +209,7 @@ class RoundRunner:
                 addr = futures[future]
                 try:
                     # The result lives on the worker until fetched: it can die in between.
-                    results[addr] = future.result()
+                    results[addr] = self._fetch(future, addr)
                     arrived[addr] = time.perf_counter() - start
                 except Exception as exc:
                     if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):

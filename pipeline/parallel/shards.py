@@ -114,6 +114,7 @@ def _assemble_shard(
     n: int,
     n_features: int,
     dtype: np.dtype,
+    w_parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
 ) -> Shard:
     """Worker side of :func:`stage` for Dask collections: put the block pieces together."""
     X = np.empty((n, n_features), dtype=dtype)
@@ -127,7 +128,12 @@ def _assemble_shard(
         y = np.empty((n, *first.shape[1:]), dtype=np.result_type(*(p[2] for p in y_parts)))
         for pos, _, values in y_parts:
             y[pos] = values
-    return Shard(X=X, y=y, row_ids=row_ids)
+    weights = None
+    if w_parts is not None:
+        weights = np.empty(n, dtype=np.float64)
+        for pos, _, values in w_parts:
+            weights[pos] = np.asarray(values, dtype=np.float64).reshape(len(values))
+    return Shard(X=X, y=y, row_ids=row_ids, weights=weights)
 
 
 # --------------------------------------------------------------------------------------
@@ -681,15 +687,22 @@ class SourceReader:
         *,
         target: str | None = None,
         x_key: str | None = None,
+        sample_weight: Any = None,
     ) -> SourceReader:
-        """The reader of ``X`` (a path or a Dask collection) on ``client``'s cluster."""
+        """The reader of ``X`` (a path or a Dask collection) on ``client``'s cluster.
+
+        ``sample_weight`` (a Dask array or Series, or an array) is read beside the rows
+        of a Dask collection; a path takes none.
+        """
         if isinstance(X, (str, os.PathLike)):
             if y is not None:
                 raise ValueError("with a path, the labels come from the file: use target=, not y")
+            if sample_weight is not None:
+                raise ValueError("sample_weight is not supported with a path yet")
             return PathReader(os.fspath(X), target, x_key)
         if x_key is not None:
             raise ValueError("x_key= applies to .npz paths only")
-        return DaskReader(client, X, y, target)
+        return DaskReader(client, X, y, target, sample_weight)
 
     def unique_labels(self, client: Client) -> np.ndarray:
         """Sorted distinct labels, found on the workers (only they reach the driver)."""
@@ -731,7 +744,9 @@ class SourceReader:
 class DaskReader(SourceReader):
     """A Dask array or DataFrame (with labels as ``y`` or the column ``target``)."""
 
-    def __init__(self, client: Client, X: Any, y: Any, target: str | None) -> None:
+    def __init__(
+        self, client: Client, X: Any, y: Any, target: str | None, weights: Any = None
+    ) -> None:
         if hasattr(X, "columns"):
             X, y = _split_target(X, target, y, "Dask DataFrame")
             _check_numeric(
@@ -753,6 +768,12 @@ class DaskReader(SourceReader):
         self.n_rows = sum(self.x_lengths)
         if sum(self.y_lengths) != self.n_rows:
             raise ValueError(f"X has {self.n_rows} rows but y has {sum(self.y_lengths)}")
+        self.weights = weights
+        self.w_lengths = None if weights is None else _block_lengths(client, weights)
+        if self.w_lengths is not None and sum(self.w_lengths) != self.n_rows:
+            raise ValueError(
+                f"sample_weight.shape == ({sum(self.w_lengths)},), expected ({self.n_rows},)"
+            )
         if self.n_rows == 0:
             raise ValueError("no rows to stage")
 
@@ -773,8 +794,12 @@ class DaskReader(SourceReader):
         dtype = np.dtype(dtype)
         x_blocks = client.compute(_delayed_blocks(self.X))
         y_blocks = client.compute(_delayed_blocks(self.y))
+        w_blocks = None if self.weights is None else client.compute(_delayed_blocks(self.weights))
         futures = {}
         for w, (rows, start, stop) in plans.items():
+            w_pieces = None
+            if w_blocks is not None:
+                w_pieces = _submit_pieces(client, w_blocks, self.w_lengths, rows, start, stop, None)
             futures[w] = client.submit(
                 _assemble_shard,
                 _submit_pieces(client, x_blocks, self.x_lengths, rows, start, stop, dtype),
@@ -782,6 +807,7 @@ class DaskReader(SourceReader):
                 stop - start,
                 self.n_features,
                 dtype,
+                w_pieces,
                 workers=[w],
                 allow_other_workers=False,
                 pure=False,

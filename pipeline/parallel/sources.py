@@ -110,6 +110,9 @@ class WorkerRead:
         as the model trains on them (float, 2-D).
     csv_chunksize : int, default=65536
         Rows a worker parses at a time from a CSV file.
+    sample_weight : Dask array or Series, or array, optional
+        Non-negative row weights of a Dask collection (not of a path), read beside its
+        rows and made the targets' last column by the encoding (``encode`` required).
     """
 
     def __init__(
@@ -122,11 +125,14 @@ class WorkerRead:
         x_key: str | None = None,
         encode: Callable[[np.ndarray], np.ndarray] | None = None,
         csv_chunksize: int = 65_536,
+        sample_weight: Any = None,
     ) -> None:
         self.X, self.y, self.target, self.x_key = X, y, target, x_key
         self.encode = encode
         self.csv_chunksize = csv_chunksize
-        self.reader = shards.SourceReader.of(client, X, y, target=target, x_key=x_key)
+        self.reader = shards.SourceReader.of(
+            client, X, y, target=target, x_key=x_key, sample_weight=sample_weight
+        )
         self.n_rows = self.reader.n_rows
         self.n_features = self.reader.n_features
         self.feature_names = self.reader.feature_names
