@@ -332,7 +332,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", ConvergenceWarning)
         if args.in_process:
             X_train, X_test, y_train, y_test = _scaled_data(args)
-            clf = BPNNClassifier(**params)
+            clf = BPNNClassifier(client=False, **params)  # --in-process, whatever is active
             start = time.perf_counter()
             clf.fit(X_train, y_train)
             wall = time.perf_counter() - start

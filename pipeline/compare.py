@@ -232,7 +232,8 @@ def run_comparison(
                 echo(_finished_line(result))
                 continue
             strategy = STRATEGIES[name]
-            cluster_kw: dict[str, Any] = {}
+            # In-process even inside the comparison's own (active) Client.
+            cluster_kw: dict[str, Any] = {"client": False}
             log = None
             if strategy is not None:
                 log = run_dir / f"{name}.jsonl"

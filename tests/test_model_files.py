@@ -50,6 +50,7 @@ def client():
 def _fit_in_process(X, y, **params) -> BPNNClassifier:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        params.setdefault("client", False)  # in-process beside the module's live client
         return BPNNClassifier((8,), max_iter=3, random_state=0, **params).fit(X, y)
 
 

@@ -47,7 +47,7 @@ def data():
 
 SETTINGS = {
     "hmdspt": dict(batch_size=64, max_iter=12),
-    "bsp": dict(batch_size=256, max_iter=8),  # a round per mini-batch: fewer, larger ones
+    "bsp": dict(batch_size=512, max_iter=6),  # a round per mini-batch: fewer, larger ones
 }
 
 
@@ -106,6 +106,6 @@ def test_partial_fit_takes_sample_weight_before_classes(data):
 def test_negative_or_misshaped_weights_fail_in_one_line(data):
     X, y, *_ = data
     with pytest.raises(ValueError, match="Negative values in data passed to `sample_weight`"):
-        BPNNClassifier((4,), max_iter=1).fit(X, y, sample_weight=-np.ones(len(X)))
+        BPNNClassifier((4,), max_iter=1, client=False).fit(X, y, sample_weight=-np.ones(len(X)))
     with pytest.raises(ValueError, match="sample_weight.shape == \\(5,\\), expected \\(3000,\\)"):
-        BPNNClassifier((4,), max_iter=1).fit(X, y, sample_weight=np.ones(5))
+        BPNNClassifier((4,), max_iter=1, client=False).fit(X, y, sample_weight=np.ones(5))

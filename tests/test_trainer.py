@@ -462,7 +462,7 @@ def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data
 
     X, y = data
     warnings.simplefilter("ignore", ConvergenceWarning)
-    clf = BPNNClassifier((16,), max_iter=3, random_state=0).fit(X, y)
+    clf = BPNNClassifier((16,), max_iter=3, random_state=0, client=False).fit(X, y)
     dX = da.from_array(X, chunks=(700, 7))
     labels = clf.predict(dX)
     proba = clf.predict_proba(dX)

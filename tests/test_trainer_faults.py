@@ -218,7 +218,9 @@ def _prefixes_warned(curve: list[float]) -> list[int]:
 def test_divergence_message_fires_on_a_diverging_curve_and_on_non_finite_losses():
     X, y, _ = _data(3000)
     warnings.simplefilter("ignore", ConvergenceWarning)
-    curve = BPNNClassifier((32,), learning_rate_init=1e6, max_iter=6, random_state=0).fit(X, y)
+    curve = BPNNClassifier(
+        (32,), learning_rate_init=1e6, max_iter=6, random_state=0, client=False
+    ).fit(X, y)
     assert _prefixes_warned(curve.loss_curve_), curve.loss_curve_
     message = divergence_message([2.3e9, 1.3e10, 2.4e10])
     assert message is not None and "\n" not in message
@@ -237,7 +239,9 @@ def test_divergence_message_stays_quiet_on_normal_fits(solver):
     X, y, _ = _data(4000)
     for features, labels in ((digits_X, digits_y), (X, y)):
         for seed in (0, 1):
-            fit = BPNNClassifier((64,), solver=solver, random_state=seed).fit(features, labels)
+            # In-process, as written: the module's cluster client is active meanwhile.
+            fit = BPNNClassifier((64,), solver=solver, random_state=seed, client=False)
+            fit.fit(features, labels)
             assert _prefixes_warned(fit.loss_curve_) == [], fit.loss_curve_
 
 

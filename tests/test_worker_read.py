@@ -255,7 +255,9 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
     X = features.to_numpy()
     targets = np.c_[X[:, 0], 3 * X[:, 1]]
     regressor = _fit(
-        BPNNRegressor(hidden_layer_sizes=(16,), max_iter=10, random_state=0), X, targets
+        BPNNRegressor(hidden_layer_sizes=(16,), max_iter=10, random_state=0, client=False),
+        X,
+        targets,
     )
     score = regressor.score(da.from_array(X, chunks=1000), da.from_array(targets, chunks=1500))
     assert hasattr(score, "dask")
