@@ -174,3 +174,34 @@ def test_the_cli_says_it_connects_before_it_builds_data(capsys):
         "0.5 s (Dask setting distributed.comm.timeouts.connect): Timed out trying to connect "
         "to tcp://127.0.0.1:1 after 0.5 s"
     ]
+
+
+def test_compares_one_process_baseline_stays_in_process_inside_its_client(
+    cluster, data, tmp_path, monkeypatch
+):
+    from hmdspt.compare import run_comparison
+
+    X, y = data
+    on_cluster: list[object] = []
+    fit_on_cluster = BPNNClassifier._fit_on_cluster
+
+    def recorded(self, target, *args, **kwargs):
+        on_cluster.append(target)
+        return fit_on_cluster(self, target, *args, **kwargs)
+
+    monkeypatch.setattr(BPNNClassifier, "_fit_on_cluster", recorded)
+    with Client(cluster) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results, _ = run_comparison(
+            client,
+            X[:400],
+            y[:400],
+            X[400:],
+            y[400:],
+            strategies=["bpnn-in-process"],
+            params=dict(hidden_layer_sizes=(8,), max_iter=2),
+            run_dir=tmp_path,
+            echo=lambda line: None,
+        )
+    assert [r.name for r in results] == ["bpnn-in-process"]
+    assert on_cluster == [client]  # the untimed warm-up only

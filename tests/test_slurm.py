@@ -156,6 +156,7 @@ def test_two_pools_on_slurm_train_with_rows_following_scores(slurm_up, tmp_path)
     # Rows follow the scores: every partition against the scores logged for it.
     latest: dict[str, float] = {}
     partitions = 0
+    previous: dict[str, int] = {}
     for e in events:
         if e["event"] == "score":
             latest[e["worker"]] = e["score"]
@@ -168,8 +169,11 @@ def test_two_pools_on_slurm_train_with_rows_following_scores(slurm_up, tmp_path)
             if e["round"] == 0:  # the initial split is exactly proportional
                 assert rows[faster] >= rows[slower]
                 assert rows[faster] / rows[slower] == pytest.approx(score_ratio, rel=0.01)
-            elif score_ratio > 1.1:  # re-balances move toward the scores (hysteresis)
-                assert rows[faster] > rows[slower]
+            elif score_ratio > 1.1 and e.get("rows_moved"):
+                # A move goes toward the scores; it may stop short of them (it moves only
+                # as many rows as pay for their move), so the faster may still hold fewer.
+                assert rows[faster] > previous[faster], (previous, rows, latest)
+            previous = rows
     assert partitions >= 1
 
     summary = summarize(events)
