@@ -140,7 +140,13 @@ class Placement:
         seconds = time.perf_counter() - start
         t.move_cost.observe(sum(m.rows for m in moves), seconds)
         for addr in members:
-            self.log_score(addr, speeds[addr], "online", uncertainty=self._uncertainty(addr))
+            self.log_score(
+                addr,
+                speeds[addr],
+                "online",
+                uncertainty=self._uncertainty(addr),
+                fixed_s=fixed[addr],
+            )
         self.log_partition(t.round_index, moves, seconds)
 
     def _uncertainty(self, addr: str) -> float | None:
