@@ -380,15 +380,24 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
             assert cluster.workers_by_pool()["small"] == ["small-1", "small-2"]
             assert cluster.pools["small"].count == 2
 
-            with pytest.raises(NotImplementedError, match="scale_pool"):
+            cluster.scale(jobs=1, pool="small")  # dask-jobqueue's scale, per pool
+            _wait_until(lambda: cluster.workers_by_pool()["small"] == ["small-1"])
+            assert cluster.pools["small"].count == 1
+            cluster.scale(4, pool="big")  # workers: 2 jobs of 2 processes
+            assert cluster.pools["big"].count == 2
+            cluster.scale(cores=2, pool="big")  # 1 job of 2 cores
+            assert cluster.pools["big"].count == 1
+            with pytest.raises(ClusterConfigError, match="name it, scale"):
                 cluster.scale(4)
+            with pytest.raises(ClusterConfigError, match="no pool 'nope'"):
+                cluster.scale(jobs=1, pool="nope")
             with pytest.raises(NotImplementedError, match="scale_pool"):
                 cluster.adapt(minimum=1, maximum=4)
             with pytest.raises(ClusterConfigError, match="no pool"):
                 cluster.scale_pool("nope", 1)
             with pytest.raises(ClusterConfigError, match="already exists"):
                 cluster.add_pool(pools[0])
-            assert "small: 2 jobs x 1 core" in repr(cluster)
+            assert "small: 1 job x 1 core" in repr(cluster)
 
 
 def test_pools_timeout_names_the_missing_workers():

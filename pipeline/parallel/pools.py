@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -474,9 +475,10 @@ class PooledJobCluster:
     ``cluster.close()``, ``cluster.dashboard_link`` and ``cluster.job_script()`` (the
     common template) work as usual.
 
-    ``scale(n)`` and ``adapt()`` of dask-jobqueue only know the common template, so here
-    ``scale`` takes only 0 (stop every job, as ``close`` does) and ``adapt`` is refused:
-    size each pool with :meth:`scale_pool`.
+    Each pool has its own job template, so :meth:`scale` takes the pool to scale
+    (``scale(jobs=2, pool="big")``, or ``n`` workers, ``memory`` or ``cores`` as
+    dask-jobqueue's ``scale`` does; ``scale(0)`` stops every job, as ``close`` does), as
+    does :meth:`scale_pool`. ``adapt`` is refused: adaptive scaling per pool is not built.
 
     Attributes
     ----------
@@ -604,17 +606,48 @@ class PooledJobCluster:
         self._scale_started = time.perf_counter()
         return self._sync_jobs()
 
-    def scale(self, n=None, jobs=0, memory=None, cores=None):
-        """Only ``scale(0)``: stop every job of every pool (see the class docstring)."""
+    def scale(self, n=None, jobs=0, memory=None, cores=None, *, pool: str | None = None):
+        """Scale one pool as dask-jobqueue scales a cluster, or stop every job.
+
+        Parameters
+        ----------
+        n : int, optional
+            Workers wanted in ``pool`` (rounded up to whole jobs of its ``processes``).
+        jobs : int, default=0
+            Jobs wanted in ``pool``.
+        memory, cores : str or int, optional
+            Total memory or cores wanted in ``pool``, in whole jobs of its size.
+        pool : str, optional
+            The pool to scale; required unless every job is to stop (``scale(0)``).
+
+        Returns
+        -------
+        None, or an awaitable in an asynchronous cluster.
+        """
+        if pool is not None:
+            return self.scale_pool(pool, self._jobs_for(pool, n, jobs, memory, cores))
         if n not in (None, 0) or jobs or memory is not None or cores is not None:
-            raise NotImplementedError(
-                "a pools cluster has no single job template to scale: use "
-                "cluster.scale_pool(name, count)"
+            raise ClusterConfigError(
+                "a pools cluster has one job template per pool: name it, "
+                f"scale(jobs=N, pool=NAME) with NAME one of {', '.join(self.pools)}"
             )
         # scale(0) is how SpecCluster.close stops every job.
         for name in self.pools:
             self._set_count(name, 0)
         return super().scale(0)
+
+    def _jobs_for(self, pool: str, n, jobs, memory, cores) -> int:
+        """Jobs of ``pool`` for dask-jobqueue's ``scale`` arguments."""
+        if pool not in self.pools:
+            raise ClusterConfigError(f"no pool {pool!r}; pools: {', '.join(self.pools)}")
+        kwargs = self._pool_kwargs[pool]
+        if n is not None:
+            return math.ceil(n / kwargs["processes"])
+        if memory is not None:
+            return math.ceil(parse_bytes(memory) / parse_bytes(kwargs["memory"]))
+        if cores is not None:
+            return math.ceil(cores / kwargs["cores"])
+        return int(jobs)
 
     def adapt(self, *args: Any, **kwargs: Any):
         """Refused: adaptive scaling knows one job template (see the class docstring)."""
