@@ -145,6 +145,13 @@ def drop_workers(staged: StagedData, workers: Iterable[str]) -> StagedData:
     return replace(staged, futures=futures, counts=counts)
 
 
+def append_piece(client: Client, base: Future | None, piece: Future, worker: str) -> Future:
+    """``piece``'s rows appended to ``base`` (None: the worker held none), on ``worker``."""
+    return client.submit(
+        _concat_shards, base, piece, workers=[worker], allow_other_workers=False, pure=False
+    )
+
+
 def add_rows(
     client: Client,
     staged: StagedData,
@@ -188,14 +195,7 @@ def add_rows(
             row_ids=ids,
         )
         piece = scatter_to(client, rows, worker, key=None if key_name is None else key_name(worker))
-        merged = client.submit(
-            _concat_shards,
-            futures.get(worker),
-            piece,
-            workers=[worker],
-            allow_other_workers=False,
-            pure=False,
-        )
+        merged = append_piece(client, futures.get(worker), piece, worker)
         if worker in futures:
             replaced.append(futures[worker])
         futures[worker] = merged

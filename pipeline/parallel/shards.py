@@ -74,7 +74,15 @@ from hmdspt.parallel.readers import (
     source_kind,
 )
 
-__all__ = ["DaskReader", "PathReader", "SourceReader", "StagedData", "equal_counts", "stage"]
+__all__ = [
+    "DaskReader",
+    "PathReader",
+    "SourceReader",
+    "StagedData",
+    "equal_counts",
+    "stage",
+    "stage_from",
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -627,17 +635,32 @@ def _stage_path(
     skip_lost: bool = False,
 ) -> StagedData:
     reader = PathReader(path, target, x_key)
+    return stage_from(client, reader, counts, seed, dtype, skip_lost, csv_chunksize=csv_chunksize)
+
+
+def stage_from(
+    client: Client,
+    reader: SourceReader,
+    counts: Mapping[str, int] | None,
+    seed: int,
+    dtype: Any,
+    skip_lost: bool = False,
+    then: Callable[[dict[str, Future]], dict[str, Future]] | None = None,
+    **read_kw: Any,
+) -> StagedData:
+    """Stage what ``reader`` names: every worker reads its slice of the permutation.
+
+    ``then(futures) -> futures`` runs on the shards before they are waited for (e.g.
+    encoding their labels on the workers). ``skip_lost`` as in :func:`stage`.
+    """
     counts = _resolve_counts(client, counts, reader.n_rows, skip_lost)
     lost = frozenset(_gone_workers(client, counts) if skip_lost else ())
-    futures = reader.read_dealt(
-        client, seed, counts, dtype=dtype, skip=lost, csv_chunksize=csv_chunksize
-    )
-    futures = _wait_shards(futures, skip_lost)
-    counts = {w: counts[w] for w in futures}
+    futures = reader.read_dealt(client, seed, counts, dtype=dtype, skip=lost, **read_kw)
+    futures = _wait_shards(futures if then is None else then(futures), skip_lost)
     return StagedData(
         client,
         futures,
-        counts,
+        {w: counts[w] for w in futures},
         reader.n_features,
         reader.feature_names,
         reader.labelled,
@@ -678,6 +701,7 @@ class SourceReader:
     n_rows: int
     n_features: int
     feature_names: list[str] | None = None
+    labelled: bool = True  # whether the rows come with labels
 
     @staticmethod
     def of(

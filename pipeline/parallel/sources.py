@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from hmdspt.core.shard import _concat_shards, _encode_shard, _rows_with_ids
+from hmdspt.core.shard import _encode_shard, _rows_with_ids
 from hmdspt.parallel import rebalance, shards
-from hmdspt.parallel.client import _gone_workers, _wait_ok
+from hmdspt.parallel.client import _wait_ok
+from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
 __all__ = ["InMemory", "WorkerRead", "is_worker_readable"]
@@ -154,21 +155,15 @@ class WorkerRead:
     ) -> StagedData:
         """Every worker reads its ``counts[worker]`` rows (the staging permutation's)."""
         del key_name  # nothing is scattered: each shard is a task's result on its worker
-        counts = shards._resolve_counts(client, counts, self.n_rows, skip_lost)
-        lost = frozenset(_gone_workers(client, counts) if skip_lost else ())
-        futures = self.reader.read_dealt(
-            client, seed, counts, dtype=dtype, skip=lost, csv_chunksize=self.csv_chunksize
-        )
-        futures = shards._wait_shards(self._encoded(client, futures, dtype), skip_lost)
-        return StagedData(
+        return shards.stage_from(
             client,
-            futures,
-            {w: counts[w] for w in futures},
-            self.n_features,
-            self.feature_names,
-            True,
+            self.reader,
+            counts,
             seed,
-            self.reader.describe(),
+            dtype,
+            skip_lost,
+            then=lambda futures: self._encoded(client, futures, dtype),
+            csv_chunksize=self.csv_chunksize,
         )
 
     def add_rows(
@@ -193,16 +188,7 @@ class WorkerRead:
             dtype,
         )
         futures, counts = dict(staged.futures), dict(staged.counts)
-        merged: dict[str, Future] = {}
-        for w, piece in pieces.items():
-            merged[w] = client.submit(
-                _concat_shards,
-                futures.get(w),
-                piece,
-                workers=[w],
-                allow_other_workers=False,
-                pure=False,
-            )
+        merged = {w: append_piece(client, futures.get(w), piece, w) for w, piece in pieces.items()}
         _wait_ok(merged.values(), merged)
         for w, fut in merged.items():
             if w in futures:

@@ -27,6 +27,7 @@ worker returns and how the driver combines it:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -143,6 +144,17 @@ def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
         )
     ramp = [rounds_per_epoch * 2**k for k in range(ramp_rounds, 0, -1)]
     return ramp + list(range(rounds_per_epoch, 0, -1))
+
+
+def _in_fit_span(fit: Callable) -> Callable:
+    """Run ``fit`` in one ``distributed.span``: the Dask dashboard groups its tasks."""
+
+    @functools.wraps(fit)
+    def in_span(self, *args: Any, **kwargs: Any):
+        with span("hmdspt-fit", self.run_id):
+            return fit(self, *args, **kwargs)
+
+    return in_span
 
 
 class Trainer:
@@ -313,6 +325,7 @@ class Trainer:
             getattr(self.log, event)(**fields)
 
     # ------------------------------------------------------------------- fit
+    @_in_fit_span
     def fit(
         self,
         X: Any,
@@ -399,36 +412,6 @@ class Trainer:
         workers' local optimizer state (``sync="hmdspt"``/``"local"``) is not saved; it
         restarts from zero, as it does when a worker joins.
         """
-        # Every task of the fit in one span: grouped in the Dask dashboard.
-        with span("hmdspt-fit", self.run_id):
-            return self._fit(
-                X,
-                Y,
-                max_epochs,
-                on_epoch_end,
-                dataset,
-                evaluate,
-                checkpoint_extra,
-                on_resume,
-                called_at,
-                on_round,
-                on_score,
-            )
-
-    def _fit(
-        self,
-        X: Any,
-        Y: np.ndarray,
-        max_epochs: int,
-        on_epoch_end: Callable[[int, float], bool] | None = None,
-        dataset: dict | None = None,
-        evaluate: Callable[[np.ndarray], float] | None = None,
-        checkpoint_extra: Callable[[], dict] | None = None,
-        on_resume: Callable[[dict, dict], None] | None = None,
-        called_at: float | None = None,
-        on_round: Callable[[RoundRecord], None] | None = None,
-        on_score: Callable[[float, float], None] | None = None,
-    ) -> list[RoundRecord]:
         self._called_at = time.perf_counter() if called_at is None else float(called_at)
         cfg = self.config
         # Arrays on the driver, or data the workers read (hmdspt.parallel.sources).
