@@ -231,9 +231,7 @@ def _check_client_param(client) -> None:
 
 def _is_worker_readable(X) -> bool:
     """A Dask collection or a path: data a cluster's workers read themselves."""
-    return isinstance(X, (str, os.PathLike)) or (
-        hasattr(X, "__dask_graph__") and hasattr(X, "to_delayed")
-    )
+    return isinstance(X, (str, os.PathLike)) or _is_lazy(X)
 
 
 def _read_in_process(X, y):

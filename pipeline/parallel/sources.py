@@ -17,7 +17,6 @@ Both are plain objects with the same methods: a new kind of source is one more c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -31,12 +30,7 @@ from hmdspt.parallel.client import _wait_ok
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
-__all__ = ["InMemory", "WorkerRead", "is_worker_readable"]
-
-
-def is_worker_readable(X: Any) -> bool:
-    """Whether ``X`` is data the workers read (a Dask collection or a path)."""
-    return isinstance(X, (str, os.PathLike)) or shards._is_dask(X)
+__all__ = ["InMemory", "WorkerRead"]
 
 
 class InMemory:
