@@ -508,35 +508,40 @@ class _BaseBPNN(BaseEstimator):
             )
         n_samples, n_features = X.shape
 
+        self._prepare_model(first_pass, Y.shape[1], [n_features, *hidden, Y.shape[1]], dtype)
+        if sample_weight is not None:
+            # The weights travel with their rows as one more target column.
+            Y = weighted_targets(Y, sample_weight)
+        return self._train(X, Y, incremental, called_at, target, eval_set, on_round)
+
+    def _prepare_model(self, first_pass: bool, n_outputs: int, layers: list, dtype) -> None:
+        """A new model on a first pass; else check that the dtype has not changed."""
         self._random_state = check_random_state(self.random_state)
         if first_pass:
-            self._initialize(Y.shape[1], [n_features, *hidden, Y.shape[1]], dtype)
+            self._initialize(n_outputs, layers, dtype)
         elif self._model.dtype != dtype:
             raise ValueError(
                 f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
                 "fit again without warm_start."
             )
+
+    def _train(self, X, Y, incremental: bool, called_at, target, eval_set, on_round):
+        """The epochs with the fit's held-out data and callback set for their length."""
         self._eval_set = self._validate_eval_set(eval_set)
         self._on_round = on_round
         self._val_weight = None  # the early-stopping split's sample weights
-        if sample_weight is not None:
-            # The weights travel with their rows as one more target column.
-            Y = weighted_targets(Y, sample_weight)
         try:
             self._fit_stochastic(X, Y, incremental, called_at, target)
         finally:
             del self._eval_set  # held-out data is not part of the fitted model
             del self._on_round
             del self._val_weight
-        self._check_finite_params()
-        return self
-
-    def _check_finite_params(self) -> None:
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
                 " contain large values and need to be preprocessed."
             )
+        return self
 
     def _fit_read_by_workers(
         self, client, X, y, incremental, eval_set, called_at, on_round, sample_weight
@@ -578,25 +583,9 @@ class _BaseBPNN(BaseEstimator):
         )
         self._set_n_features(source.n_features, source.feature_names, reset=first_pass)
         n_outputs, source.encode = self._targets_from(source, client, incremental)
-        self._random_state = check_random_state(self.random_state)
-        if first_pass:
-            self._initialize(n_outputs, [source.n_features, *hidden, n_outputs], dtype)
-        elif self._model.dtype != dtype:
-            raise ValueError(
-                f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
-                "fit again without warm_start."
-            )
-        self._eval_set = self._validate_eval_set(eval_set)
-        self._on_round = on_round
-        self._val_weight = None
-        try:
-            self._fit_stochastic(source, None, incremental, called_at, client)
-        finally:
-            del self._eval_set
-            del self._on_round
-            del self._val_weight
-        self._check_finite_params()
-        return self
+        layers = [source.n_features, *hidden, n_outputs]
+        self._prepare_model(first_pass, n_outputs, layers, dtype)
+        return self._train(source, None, incremental, called_at, client, eval_set, on_round)
 
     def _set_n_features(self, n_features: int, names: list[str] | None, reset: bool) -> None:
         """``n_features_in_`` and ``feature_names_in_`` as ``validate_data`` sets them."""
