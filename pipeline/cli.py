@@ -17,6 +17,7 @@ unusable file, a cluster or training failure). Either prints one line on stderr
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 import time
@@ -160,7 +161,10 @@ def _check_data_args(path: str, target: str | None) -> None:
         raise UsageError(str(exc)) from None
     if kind != "npz" and target is None:
         raise UsageError(f"--target COLUMN is required for {kind} data")
-    if not os.path.exists(path):
+    if glob.has_magic(path):
+        if not glob.glob(path):
+            raise CliError(f"no data files match {path}")
+    elif not os.path.exists(path):
         raise CliError(f"data file not found: {path}")
 
 
@@ -481,24 +485,14 @@ def _cluster_data(args: argparse.Namespace):
     if not args.data or reader_kind(args.data) == "npz":
         return _scaled_data(args)
     import dask
-    import dask.dataframe as dd
 
-    from hmdspt.parallel.readers import non_numeric_columns
+    from hmdspt.parallel.shards import frame_of
 
-    if reader_kind(args.data) == "parquet":
-        frame = dd.read_parquet(args.data)
-    else:  # a compressed CSV cannot be split into blocks: one partition
-        compressed = not args.data.lower().endswith(".csv")
-        frame = dd.read_csv(args.data, blocksize=None if compressed else "64MB")
-    if args.target not in frame.columns:
-        raise CliError(
-            f"{args.data}: target column {args.target!r} not found; columns are "
-            f"{list(frame.columns)}"
-        )
+    try:  # staging's reading rule and messages: the CLI's --data reads as fit(path) does
+        frame = frame_of(args.data, args.target)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CliError(str(exc).strip().splitlines()[0]) from None
     features = [c for c in frame.columns if c != args.target]
-    bad = non_numeric_columns(frame[features].dtypes)
-    if bad:
-        raise CliError(f"non-numeric feature column(s) in {args.data}: {bad}; encode them first")
     train, test = frame.random_split([0.8, 0.2], random_state=args.seed)
     mean, std = dask.compute(train[features].mean(), train[features].std())
     std = std.where(std > 0, 1.0)
@@ -599,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     trainer_default = {f.name: f.default for f in fields(TrainerConfig)}
     # --data: the file types staging reads (hmdspt.parallel.readers.SUFFIX_READERS).
     data_help = (
-        f"data file: {', '.join(SUFFIX_READERS)} or a folder of parquet files "
+        f"data file: {', '.join(SUFFIX_READERS)}, or a folder or glob of parquet files "
         "(default: the embedded data set)"
     )
 

@@ -251,6 +251,62 @@ def _read_in_process(X, y):
     return X.compute(), (y.compute() if hasattr(y, "compute") else y)
 
 
+class _BlockPredictor:
+    """Predict one block with a model's parameters (and the classes' decoding).
+
+    What a task needs and no more: the network's shape and a copy of the parameters
+    scored (never the estimator, nor the live parameters). Each call builds its own
+    network, so tasks in one worker's threads share nothing they write.
+    """
+
+    def __init__(self, model: MLP, decode=None) -> None:
+        self.shape = (model.layer_sizes, model.hidden_activation, model.out_activation)
+        self.alpha, self.dtype = model.alpha, model.dtype
+        self.params = model.params.copy()
+        self.decode = decode
+
+    def __call__(self, block) -> np.ndarray:
+        model = MLP(*self.shape, self.alpha, self.dtype)
+        model.set_params(self.params)
+        out = model.forward(np.ascontiguousarray(block, dtype=self.dtype))
+        if out.shape[1] == 1:
+            out = out.ravel()
+        return out if self.decode is None else self.decode(out)
+
+
+def _prediction_width(estimator) -> int | None:
+    """Columns of ``predict``'s output (None: 1-D)."""
+    if estimator.n_outputs_ == 1:
+        return None
+    if is_classifier(estimator) and estimator.out_activation_ == "softmax":
+        return None
+    return estimator.n_outputs_
+
+
+def _known_rows(client, part):
+    """Dask ``part`` as a Dask array whose row blocks have known lengths (counted by
+    ``client``'s workers: only counts travel)."""
+    import dask.array as da
+
+    from hmdspt.parallel.shards import _block_lengths
+
+    lengths = tuple(_block_lengths(client, part))
+    if _is_dask_frame(part):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Dask currently has limited support for converting")
+            return part.to_dask_array(lengths=lengths)
+    return da.Array(part.dask, part.name, (lengths, *part.chunks[1:]), meta=part._meta)
+
+
+def _persisted(client, parts: list) -> list:
+    """Dask ``parts`` as arrays of known row blocks persisted on ``client``'s workers
+    (None stays None): held-out data read once, then scored there every epoch."""
+    parts = [None if p is None else _known_rows(client, p) for p in parts]
+    lazy = [p for p in parts if p is not None]
+    kept = iter(client.persist(lazy) if lazy else [])
+    return [None if p is None else next(kept) for p in parts]
+
+
 def _n_rows(X) -> int:
     return X.n_rows if hasattr(X, "n_rows") else X.shape[0]
 
@@ -525,17 +581,25 @@ class _BaseBPNN(BaseEstimator):
                 "fit again without warm_start."
             )
 
-    def _train(self, X, Y, incremental: bool, called_at, target, eval_set, on_round):
-        """The epochs with the fit's held-out data and callback set for their length."""
-        self._eval_set = self._validate_eval_set(eval_set)
+    def _train(self, X, Y, incremental: bool, called_at, target, eval_set, on_round, held_out=None):
+        """The epochs with the fit's held-out data and callback set for their length.
+
+        ``held_out``: the early-stopping validation rows ``(X, y, weights)`` when the fit
+        split them already (Dask data on a cluster), else split from ``X`` here.
+        """
+        self._score_client = None  # the cluster that scores Dask held-out data
+        self._eval_set = self._validate_eval_set(eval_set, on_cluster=target is not None)
         self._on_round = on_round
         self._val_weight = None  # the early-stopping split's sample weights
         try:
-            self._fit_stochastic(X, Y, incremental, called_at, target)
+            self._fit_stochastic(X, Y, incremental, called_at, target, held_out)
         finally:
-            del self._eval_set  # held-out data is not part of the fitted model
+            # Held-out data is not part of the fitted model; Dask data persisted for this
+            # fit is released on the workers with the last reference to it.
+            del self._eval_set
             del self._on_round
             del self._val_weight
+            del self._score_client
         if not np.isfinite(self._model.params).all():
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may"
@@ -554,14 +618,18 @@ class _BaseBPNN(BaseEstimator):
         """
         from hmdspt.parallel.sources import WorkerRead
 
-        where = "with a Dask collection or a file on a cluster"
-        if self.early_stopping:
-            raise ValueError(
-                f"early_stopping=True is not supported {where} yet (its validation rows would "
-                "be held on the driver): pass eval_set=(X_val, y_val) to follow a score"
-            )
-        if sample_weight is not None and isinstance(X, (str, os.PathLike)):
-            raise ValueError("sample_weight is not supported with a path yet")
+        label_column = y if isinstance(y, str) else None
+        if isinstance(X, (str, os.PathLike)) and (self.early_stopping or sample_weight is not None):
+            from hmdspt.parallel.readers import reader_kind
+            from hmdspt.parallel.shards import frame_of
+
+            if reader_kind(X) == "npz":
+                raise ValueError(
+                    "early_stopping=True and sample_weight need a table (parquet, CSV), a "
+                    "Dask collection or arrays, not an .npz path: load its arrays first"
+                )
+            # Its rows split or weighted as a Dask DataFrame's, read by the same reader.
+            X = frame_of(X, label_column)
         if sample_weight is not None and not _is_lazy(sample_weight):
             import dask.array as da
 
@@ -573,7 +641,9 @@ class _BaseBPNN(BaseEstimator):
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
-        label_column = y if isinstance(y, str) else None
+        held_out = None
+        if self.early_stopping and not incremental:
+            (X, y, sample_weight), held_out = self._held_out_split(client, X, y, sample_weight)
         source = WorkerRead(
             client,
             X,
@@ -585,7 +655,34 @@ class _BaseBPNN(BaseEstimator):
         n_outputs, source.encode = self._targets_from(source, client, incremental)
         layers = [source.n_features, *hidden, n_outputs]
         self._prepare_model(first_pass, n_outputs, layers, dtype)
-        return self._train(source, None, incremental, called_at, client, eval_set, on_round)
+        return self._train(
+            source, None, incremental, called_at, client, eval_set, on_round, held_out
+        )
+
+    def _held_out_split(self, client, X, y, sample_weight):
+        """The training part and the early-stopping validation rows of Dask data.
+
+        Both stay lazy and on the workers; the validation rows (``validation_fraction``
+        of them, by position: random, not stratified) are persisted on the cluster for
+        the fit and scored there each epoch. Returns ``(X, y, weights), (X_val, y_val,
+        weights_val)``.
+        """
+        from hmdspt.parallel.shards import _block_lengths
+        from hmdspt.parallel.sources import split_held_out
+
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        train, (X_val, y_val, w_val) = split_held_out(
+            client, [X, y, sample_weight], self.validation_fraction, seed
+        )
+        if isinstance(y_val, str):  # the label column of a data frame
+            X_val, y_val = X_val.drop(columns=[y_val]), X_val[y_val]
+        X_val, y_val, w_val = _persisted(client, [X_val, y_val, w_val])
+        if sum(_block_lengths(client, X_val)) < 2:
+            raise ValueError(
+                "The validation set is too small. Increase 'validation_fraction' "
+                "or the size of your dataset."
+            )
+        return train, (X_val, y_val, w_val)
 
     def _set_n_features(self, n_features: int, names: list[str] | None, reset: bool) -> None:
         """``n_features_in_`` and ``feature_names_in_`` as ``validate_data`` sets them."""
@@ -602,19 +699,48 @@ class _BaseBPNN(BaseEstimator):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
 
-    def _validate_eval_set(self, eval_set):
-        """Held-out ``(X, y)`` scored during the fit (``eval_curve_``, run log), or None."""
+    def _validate_eval_set(self, eval_set, on_cluster: bool = False):
+        """Held-out ``(X, y)`` scored during the fit (``eval_curve_``, run log), or None.
+
+        Dask collections and paths stay lazy on a cluster (persisted there once the fit
+        connects, :meth:`_held_out_on`); in-process they are computed or read here.
+        """
         if eval_set is None:
             return None
         try:
             X_eval, y_eval = eval_set
         except (TypeError, ValueError):
             raise ValueError("eval_set must be a pair (X, y)") from None
+        if _is_worker_readable(X_eval):
+            if on_cluster:
+                return X_eval, y_eval
+            X_eval, y_eval = _read_in_process(X_eval, y_eval)
         X_eval = validate_data(self, X_eval, accept_sparse=["csr", "csc"], reset=False)
         y_eval = np.asarray(y_eval)
         if len(y_eval) != X_eval.shape[0]:
             raise ValueError(f"eval_set has {X_eval.shape[0]} rows in X but {len(y_eval)} in y")
         return self._to_model_dtype(X_eval, self._model.dtype), y_eval
+
+    def _held_out_on(self, client, X, y, weights=None):
+        """Dask or file held-out data persisted on ``client``'s workers, checked."""
+        if isinstance(X, (str, os.PathLike)):
+            from hmdspt.parallel.shards import frame_of
+
+            X = frame_of(X, y if isinstance(y, str) else None)
+        if isinstance(y, str):
+            X, y = X.drop(columns=[y]), X[y]
+        n_features = len(X.columns) if _is_dask_frame(X) else (1 if X.ndim == 1 else X.shape[1])
+        if n_features != self.n_features_in_:
+            raise ValueError(
+                f"eval_set has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        if not _is_lazy(y):
+            import dask.array as da
+
+            y = da.from_array(np.asarray(y))
+        self._score_client = client
+        return tuple(_persisted(client, [X, y, weights]))
 
     def _eval_score(self) -> float | None:
         if self._eval_set is None:
@@ -712,7 +838,13 @@ class _BaseBPNN(BaseEstimator):
         return X_train, X_val, np.ascontiguousarray(Y_train), self._decode_targets(Y_val)
 
     def _fit_stochastic(
-        self, X, Y: np.ndarray | None, incremental: bool, called_at: float | None, target
+        self,
+        X,
+        Y: np.ndarray | None,
+        incremental: bool,
+        called_at: float | None,
+        target,
+        held_out=None,
     ) -> None:
         """The epochs: in-process, or on ``target``'s cluster (None: in-process).
 
@@ -723,7 +855,10 @@ class _BaseBPNN(BaseEstimator):
         if self.early_stopping and incremental:
             raise ValueError("partial_fit does not support early_stopping=True")
         early_stopping = self.early_stopping
-        if early_stopping:
+        if early_stopping and held_out is not None:  # split on the workers already
+            X_train, Y_train = X, Y
+            X_val, y_val, self._val_weight = held_out
+        elif early_stopping:
             X_train, X_val, Y_train, y_val = self._split_validation(X, Y)
         else:
             X_train, Y_train, X_val, y_val = X, Y, None, None
@@ -882,7 +1017,10 @@ class _BaseBPNN(BaseEstimator):
         # a model of the same shape holds the parameters scored, never the live one.
         m = self._model
         scored = MLP(m.layer_sizes, m.hidden_activation, m.out_activation, m.alpha, m.dtype)
-        if self._eval_set is not None:
+        self._score_client = client  # Dask held-out data is scored on this cluster
+        if self._eval_set is not None and _is_worker_readable(self._eval_set[0]):
+            held_out = self._held_out_on(client, *self._eval_set)
+        elif self._eval_set is not None:
             held_out = (*self._eval_set, None)
         else:
             held_out = (X_val, y_val, self._val_weight)
@@ -1093,7 +1231,20 @@ class _BaseBPNN(BaseEstimator):
         X = self._to_model_dtype(X, model.dtype)
         return model.forward(X)
 
+    def _lazy_predictions(self, X, model: MLP):
+        """``model``'s predictions for Dask ``X``, a lazy Dask array (no estimator pickled)."""
+        decode = self._label_binarizer.inverse_transform if is_classifier(self) else None
+        width = _prediction_width(self)
+        dtype = self.classes_.dtype if is_classifier(self) else model.dtype
+        return _blockwise(_BlockPredictor(model, decode), X, width, dtype)
+
     def _score_unchecked(self, X, y, model: MLP | None = None, sample_weight=None) -> float:
+        if _is_lazy(X):  # held-out Dask data: scored block by block on the workers
+            y_pred = self._lazy_predictions(X, self._model if model is None else model)
+            score = self._lazy_score(y_pred, y, X, sample_weight)
+            client = getattr(self, "_score_client", None)
+            value = score.compute() if client is None else client.compute(score).result()
+            return float(value)
         y_pred = self._predict(X, check_input=False, model=model)
         if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():
             return np.nan
@@ -1427,11 +1578,15 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         workers: call ``float()`` or ``.compute()`` on it.
         """
         if _is_lazy(X):
-            hits = self.predict(X) == _aligned_labels(y, X)
-            if hits.ndim == 2:  # multilabel: a row is right when all its labels are
-                hits = hits.all(axis=1)
-            return _lazy_mean(hits, sample_weight)
+            return self._lazy_score(self.predict(X), y, X, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
+
+    def _lazy_score(self, y_pred, y, X, sample_weight=None):
+        """Accuracy of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
+        hits = y_pred == _aligned_labels(y, X)
+        if hits.ndim == 2:  # multilabel: a row is right when all its labels are
+            hits = hits.all(axis=1)
+        return _lazy_mean(hits, sample_weight)
 
     def predict_proba(self, X):
         """Probability estimates.
@@ -1803,12 +1958,16 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         workers: call ``float()`` or ``.compute()`` on it.
         """
         if _is_lazy(X):
-            y_true = _aligned_labels(y, X).astype(np.float64)
-            y_pred = self.predict(X).astype(np.float64).reshape(y_true.shape)
-            residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
-            spread = _lazy_mean((y_true - _lazy_mean(y_true, sample_weight)) ** 2, sample_weight)
-            return (1 - residual / spread).mean()  # per output, then their mean
+            return self._lazy_score(self.predict(X), y, X, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
+
+    def _lazy_score(self, y_pred, y, X, sample_weight=None):
+        """R^2 of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
+        y_true = _aligned_labels(y, X).astype(np.float64)
+        y_pred = y_pred.astype(np.float64).reshape(y_true.shape)
+        residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
+        spread = _lazy_mean((y_true - _lazy_mean(y_true, sample_weight)) ** 2, sample_weight)
+        return (1 - residual / spread).mean()  # per output, then their mean
 
     def predict(self, X):
         """Predict using the multi-layer perceptron model.

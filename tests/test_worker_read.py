@@ -78,6 +78,7 @@ def _sources(frame, files):
         "dask DataFrame and its label column": (ddf, "label"),
         "parquet file": (files / "rows.parquet", "label"),
         "parquet folder": (str(files / "folder"), "label"),
+        "parquet glob": (str(files / "folder" / "*.parquet"), "label"),
         "gzipped CSV": (str(files / "rows.csv.gz"), "label"),
         "npz": (files / "rows.npz", None),
     }
@@ -89,6 +90,7 @@ SOURCES = [
     "dask DataFrame and its label column",
     "parquet file",
     "parquet folder",
+    "parquet glob",
     "gzipped CSV",
     "npz",
 ]
@@ -152,12 +154,67 @@ def test_in_process_fits_compute_dask_input_and_read_files_here(frame, files):
 
 def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files):
     path = files / "rows.parquet"
-    with pytest.raises(ValueError, match="early_stopping=True is not supported with a Dask"):
-        BPNNClassifier(client=client, early_stopping=True).fit(path, "label")
-    with pytest.raises(ValueError, match="sample_weight is not supported with a path yet"):
-        BPNNClassifier(client=client).fit(path, "label", sample_weight=np.ones(N_ROWS))
+    with pytest.raises(ValueError, match="not an .npz path: load its arrays first"):
+        BPNNClassifier(client=client, early_stopping=True).fit(files / "rows.npz", None)
     with pytest.raises(ValueError, match="target column 'nope' not found"):
         BPNNClassifier(client=client).fit(path, "nope")
+    with pytest.raises(FileNotFoundError, match="no data files match .*nope-"):
+        BPNNClassifier(client=client).fit(str(files / "folder" / "nope-*.parquet"), "label")
+    with pytest.raises(ValueError, match="a glob may name parquet files only"):
+        BPNNClassifier(client=client).fit(str(files / "*.csv.gz"), "label")
+
+
+def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:
+    """Whether the workers hold no keys (released keys go within moments)."""
+    deadline = time.monotonic() + timeout_s
+    while client.who_has():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("name", ["dask DataFrame", "dask array", "parquet glob"])
+def test_early_stopping_holds_out_rows_on_the_workers_and_scores_them_there(
+    client, frame, files, name
+):
+    from hmdspt.core.shard import held_out_rows
+
+    X, y = _sources(frame, files)[name]
+    model = BPNNClassifier(client=client, early_stopping=True, **{**PARAMS, "max_iter": 3})
+    model = _fit(model, X, y)
+    assert len(model.validation_scores_) == model.n_iter_ == 3
+    # The validation rows are those the position hash holds out, scored on the workers:
+    # the best score is the kept model's score on exactly those rows.
+    seed = np.random.RandomState(0).randint(np.iinfo(np.int32).max)
+    held = held_out_rows(seed, 0, N_ROWS, model.validation_fraction)
+    assert 0.05 < held.mean() < 0.15
+    features = frame.drop(columns="label")
+    if name == "dask array":
+        features = features.to_numpy()
+    expected = model.score(features[held], frame["label"][held])
+    assert model.best_validation_score_ == pytest.approx(expected, abs=1e-9)
+    assert _gone_from_the_workers(client)  # the persisted validation rows went with the fit
+
+
+@pytest.mark.parametrize("where", ["dask DataFrame", "parquet file"])
+def test_eval_set_of_dask_data_or_a_path_is_scored_on_the_workers(client, frame, files, where):
+    ddf = dd.from_pandas(frame, npartitions=3)
+    held = {
+        "dask DataFrame": (ddf.drop(columns="label"), ddf["label"]),
+        "parquet file": (files / "rows.parquet", "label"),
+    }[where]
+    features = frame.drop(columns="label")
+    model = _fit(BPNNClassifier(client=client, **PARAMS), features, frame["label"], eval_set=held)
+    assert model.eval_curve_, "no score of eval_set was recorded"
+    scores = [score for _, score in model.eval_curve_]
+    assert all(0 <= s <= 1 for s in scores) and scores[-1] > 0.6
+    assert _gone_from_the_workers(client)
+    # In-process, Dask eval_set data is computed here.
+    local = _fit(BPNNClassifier(client=False, **PARAMS), features, frame["label"], eval_set=held)
+    assert local.eval_curve_[-1][1] == pytest.approx(
+        local.score(features, frame["label"]), abs=1e-9
+    )
 
 
 @pytest.mark.parametrize("name", ["dask DataFrame", "parquet folder", "gzipped CSV", "npz"])
@@ -264,7 +321,7 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
     assert float(score) == pytest.approx(regressor.score(X, targets), rel=1e-5)  # float32 blocks
 
 
-@pytest.mark.parametrize("data", ["folder", "rows.csv.gz"])
+@pytest.mark.parametrize("data", ["folder", "folder/*.parquet", "rows.csv.gz"])
 def test_the_cli_trains_on_a_file_the_workers_read(cluster, files, data, tmp_path, capsys):
     from hmdspt.cli import main
 

@@ -181,3 +181,20 @@ def _rows_with_ids(shard: Shard, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     keep = np.isin(shard.row_ids, ids)
     y = np.empty((int(keep.sum()), 0)) if shard.y is None else shard.y[keep]
     return shard.row_ids[keep], shard.X[keep], y
+
+
+def held_out_rows(seed: int, start: int, stop: int, fraction: float) -> np.ndarray:
+    """Whether each of the rows ``start..stop`` (source positions) is held out.
+
+    A row's draw depends on its position and ``seed`` only (a splitmix64 hash), not on
+    how the source is cut into blocks: every block, read again or cut otherwise, gives
+    the same split, with no pass over the rows before it.
+    """
+    with np.errstate(over="ignore"):
+        z = np.arange(start, stop, dtype=np.uint64) + np.uint64(seed & (2**63 - 1))
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(27))
+        z = z * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(2**53) < fraction

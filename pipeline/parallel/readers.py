@@ -19,6 +19,7 @@ tasks are submitted by :func:`hmdspt.parallel.shards.stage`.
 
 from __future__ import annotations
 
+import glob
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,11 +48,13 @@ SUFFIX_READERS = {
     ".csv.xz": "csv",
     ".csv.zst": "csv",
 }
-_ACCEPTED = (*SUFFIX_READERS, "a directory of parquet files")
+_ACCEPTED = (*SUFFIX_READERS, "a directory of parquet files", "a glob of parquet files")
 # Bytes of an .npz member decompressed at a time by a worker (bounds its extra memory).
 _NPZ_CHUNK_BYTES = 16 * 2**20
 # Rows checked for NaN at a time (bounds the check's temporary memory).
 _FINITE_CHUNK_ROWS = 65_536
+#: Rows of a CSV file in one partition of its data frame (:func:`frame_parts`).
+CSV_PART_ROWS = 1_000_000
 # Rows of a CSV file parsed at a time by read_file (stage's csv_chunksize default).
 _CSV_CHUNK_ROWS = 65_536
 
@@ -60,7 +63,8 @@ def reader_kind(path: str | os.PathLike) -> str:
     """The reader of a data path by :data:`SUFFIX_READERS`.
 
     A directory is a folder of parquet files, unless named like an ``.npz`` or CSV file
-    (whose reader then refuses it as not a file).
+    (whose reader then refuses it as not a file). A glob (``*``, ``?``, ``[``) names
+    parquet files only: it is read as the folder of the files it matches.
 
     Raises
     ------
@@ -72,6 +76,11 @@ def reader_kind(path: str | os.PathLike) -> str:
     kind = next((k for suffix, k in SUFFIX_READERS.items() if low.endswith(suffix)), None)
     if os.path.isdir(path) and kind is None:
         return "parquet"
+    if glob.has_magic(path) and kind != "parquet":
+        raise ValueError(
+            f"{path}: a glob may name parquet files only (e.g. 'data/part-*.parquet'); "
+            "name a CSV or .npz file by its own path"
+        )
     if kind is None:
         suffix = os.path.splitext(low)[1]
         raise ValueError(
@@ -453,8 +462,12 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
+    if glob.has_magic(path):
+        matched = sorted(glob.glob(path))
+        if not matched:
+            raise FileNotFoundError(f"no data files match {path}")
     try:
-        dataset = pads.dataset(path, format="parquet")
+        dataset = pads.dataset(matched if glob.has_magic(path) else path, format="parquet")
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"cannot read {path} as parquet: {_first_line(exc)}") from None
     files = list(dataset.files)
@@ -503,6 +516,32 @@ def _csv_meta(path: str, target: str | None) -> dict[str, Any]:
     return {"features": features, "n_rows": n_rows}
 
 
+def frame_parts(kind: str, path: str, meta: Mapping[str, Any]) -> list[tuple]:
+    """The partitions a parquet or CSV source is read in as a data frame.
+
+    One per parquet file; CSV rows in ranges of :data:`CSV_PART_ROWS` (a compressed file
+    is decompressed from its start by every part, so parts are large).
+    """
+    if kind == "parquet":
+        return [(f, 0, -1) for f in meta["files"]]
+    n = meta["n_rows"]
+    return [(path, a, min(a + CSV_PART_ROWS, n)) for a in range(0, n, CSV_PART_ROWS)]
+
+
+def read_frame_part(part: tuple, kind: str, columns: Sequence[str]) -> pd.DataFrame:
+    """One partition of :func:`frame_parts` as a data frame of ``columns``, in file order."""
+    path, start, stop = part
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path, columns=list(columns)).to_pandas()
+    frame = pd.read_csv(
+        path, usecols=list(columns), skiprows=range(1, start + 1), nrows=stop - start
+    )
+    frame.columns = [str(c) for c in frame.columns]
+    return frame[list(columns)]
+
+
 # --------------------------------------------------------------------------------------
 # A whole file on the driver
 # --------------------------------------------------------------------------------------
@@ -546,7 +585,10 @@ def source_kind(path: str | os.PathLike, x_key: str | None = None) -> tuple[str,
     """
     path = os.path.abspath(os.fspath(path))
     kind = reader_kind(path)
-    if not os.path.exists(path):
+    if glob.has_magic(path):
+        if not glob.glob(path):
+            raise FileNotFoundError(f"no data files match {path}")
+    elif not os.path.exists(path):
         raise FileNotFoundError(f"data file not found: {path}")
     if kind != "npz" and x_key is not None:
         raise ValueError("x_key= applies to .npz paths only")
@@ -569,7 +611,7 @@ def read_file(
     Parameters
     ----------
     path : str or path
-        An ``.npz`` file, a parquet file or folder of parquet files, or a CSV file
+        An ``.npz`` file, a parquet file, folder or glob of parquet files, or a CSV file
         (optionally compressed).
     target : str, optional
         The label column of parquet and CSV data, or the label array of an ``.npz`` file

@@ -71,6 +71,8 @@ from hmdspt.parallel.readers import (
     _read_npz_shard,
     _read_parquet_shard,
     _unique_target,
+    frame_parts,
+    read_frame_part,
     source_kind,
 )
 
@@ -722,7 +724,10 @@ class SourceReader:
             if y is not None:
                 raise ValueError("with a path, the labels come from the file: use target=, not y")
             if sample_weight is not None:
-                raise ValueError("sample_weight is not supported with a path yet")
+                raise ValueError(
+                    "a path's reader takes no sample_weight: read the path as a Dask DataFrame "
+                    "with frame_of (as fit does) and weigh its rows"
+                )
             return PathReader(os.fspath(X), target, x_key)
         if x_key is not None:
             raise ValueError("x_key= applies to .npz paths only")
@@ -959,3 +964,31 @@ class PathReader(SourceReader):
                 )
             futures[w] = client.submit(*call, workers=[w], allow_other_workers=False, pure=False)
         return futures
+
+
+def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
+    """A parquet or CSV source as a Dask DataFrame whose partitions the workers read.
+
+    The reading rule is :mod:`hmdspt.parallel.readers`' (suffixes, globs, metadata checks
+    and their messages), the one staging and ``read_file`` use; only metadata is read
+    here.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, TypeError
+        As :func:`hmdspt.parallel.readers.read_file` words them; ValueError for ``.npz``
+        (arrays, not a table: pass its path to ``fit``).
+    """
+    import dask.dataframe as dd
+
+    path, kind = source_kind(path)
+    if kind == "npz":
+        raise ValueError(f"{path}: an .npz file holds arrays, not a table; pass its path to fit")
+    meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
+    if meta["n_rows"] == 0:
+        raise ValueError(f"{path} has no rows")
+    columns = [*meta["features"], *([] if target is None else [target])]
+    parts = frame_parts(kind, path, meta)
+    head = parts[0] if kind == "parquet" else (path, 0, min(1000, meta["n_rows"]))
+    empty = read_frame_part(head, kind, columns).iloc[:0]
+    return dd.from_map(read_frame_part, parts, kind=kind, columns=columns, meta=empty)

@@ -13,6 +13,8 @@ and hand over a small sample of rows by id (the warm start's pilot on the driver
   ``LabelBinarizer``'s ``transform``).
 
 Both are plain objects with the same methods: a new kind of source is one more class.
+:func:`split_held_out` cuts Dask data into a training part and a held-out part (the
+early-stopping validation rows) lazily, on the workers.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from hmdspt.core.shard import _encode_shard, _rows_with_ids
+from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_rows
 from hmdspt.parallel import rebalance, shards
 from hmdspt.parallel.client import _wait_ok
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
-__all__ = ["InMemory", "WorkerRead"]
+__all__ = ["InMemory", "WorkerRead", "split_held_out"]
 
 
 class InMemory:
@@ -217,3 +219,76 @@ class WorkerRead:
             )
             for w, fut in futures.items()
         }
+
+
+def _rows_kept(
+    block: Any,
+    offsets: np.ndarray,
+    seed: int,
+    fraction: float,
+    held: bool,
+    partition_info: dict | None = None,
+    block_info: dict | None = None,
+) -> Any:
+    """The rows of one block that fall in the held-out part (``held``) or the rest."""
+    if block_info is not None:
+        start = int(block_info[0]["array-location"][0][0])
+    else:
+        start = int(offsets[partition_info["number"]])
+    mask = held_out_rows(seed, start, start + len(block), fraction)
+    return block[mask if held else ~mask]
+
+
+def _split_one(client: Client, part: Any, seed: int, fraction: float) -> tuple[Any, Any]:
+    import dask.array as da
+
+    if not hasattr(part, "__dask_graph__"):
+        part = da.from_array(np.asarray(part))
+    lengths = shards._block_lengths(client, part)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    if hasattr(part, "map_partitions"):  # a data frame or series: rows by partition
+        return tuple(
+            part.map_partitions(_rows_kept, offsets, seed, fraction, held, meta=part._meta)
+            for held in (False, True)
+        )
+    if any(np.isnan(c) for c in part.chunks[0]):
+        part = part.rechunk({0: tuple(lengths)})  # known row blocks: block_info has them
+    if part.ndim == 2:
+        part = part.rechunk({1: -1})
+    chunks = ((np.nan,) * len(lengths), *part.chunks[1:])
+    return tuple(
+        part.map_blocks(
+            _rows_kept,
+            offsets,
+            seed,
+            fraction,
+            held,
+            chunks=chunks,
+            dtype=part.dtype,
+            meta=part._meta,
+        )
+        for held in (False, True)
+    )
+
+
+def split_held_out(
+    client: Client, parts: list[Any], fraction: float, seed: int
+) -> tuple[list[Any], list[Any]]:
+    """The training and held-out parts of Dask data, lazily: nothing is read here.
+
+    ``parts`` are X, its labels and weights (Dask collections, arrays, or None / a column
+    name, passed through). Each row is held out by its position in the source and
+    ``seed`` (:func:`~hmdspt.core.shard.held_out_rows`), so every part splits alike
+    whatever its blocks, and reading a block again gives the same rows. The split is
+    random, not stratified. Only block lengths are counted on the workers.
+    """
+    train, held = [], []
+    for part in parts:
+        if part is None or isinstance(part, str):
+            train.append(part)
+            held.append(part)
+            continue
+        t, h = _split_one(client, part, seed, fraction)
+        train.append(t)
+        held.append(h)
+    return train, held
