@@ -189,6 +189,29 @@ def test_unset_settings_come_from_dask_jobqueue_config():
     assert {"-N hm-own", "-q debug", "-l select=1:ncpus=2:mem=3815MB", "-m n", "-V"} <= set(own)
 
 
+def test_a_pool_takes_its_settings_from_its_own_jobqueue_section():
+    """``config_name``: the pool's section first, then the common keywords (dask-jobqueue's
+    ``config_name=`` per pool)."""
+    section = {"cores": 8, "memory": "64GiB", "queue": "fat", "walltime": "04:00:00",
+               "job-extra-directives": ["--constraint=bigmem"], "name": "hm"}  # fmt: skip
+    with dask.config.set({"jobqueue.bigmem": section}):
+        pools = [
+            PoolSpec("fat", processes=1, config_name="bigmem"),
+            PoolSpec("fatter", cores=16, processes=1, config_name="bigmem"),
+            PoolSpec("plain", cores=1, memory="2GiB", processes=1),
+        ]
+        scripts = _scripts("slurm", pools, queue="normal", walltime="00:10:00")
+        fat, fatter, plain = (_directives(scripts[p], "#SBATCH") for p in scripts)
+        assert {"-J hm-fat", "-p fat", "--cpus-per-task=8", "--mem=64G", "-t 04:00:00",
+                "--constraint=bigmem"} <= set(fat)  # fmt: skip
+        assert {"-p fat", "--cpus-per-task=16", "--mem=64G"} <= set(fatter)  # the pool wins
+        assert {"-p normal", "-t 00:10:00"} <= set(plain) and "--constraint=bigmem" not in plain
+        assert PoolSpec.from_dict({"config-name": "bigmem"}, name="a").config_name == "bigmem"
+        assert "config jobqueue.bigmem" in pools[0].describe()
+    with pytest.raises(ClusterConfigError, match="no section jobqueue.nope"):
+        PoolSpec("p", config_name="nope")
+
+
 def test_pools_without_cores_or_memory_anywhere_are_refused():
     with pytest.raises(ClusterConfigError, match="cores and memory must be set"):
         _scripts("slurm", [PoolSpec("p")])
@@ -391,13 +414,45 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
                 cluster.scale(4)
             with pytest.raises(ClusterConfigError, match="no pool 'nope'"):
                 cluster.scale(jobs=1, pool="nope")
-            with pytest.raises(NotImplementedError, match="scale_pool"):
+            with pytest.raises(ClusterConfigError, match="adapts per pool"):
                 cluster.adapt(minimum=1, maximum=4)
+            with pytest.raises(ClusterConfigError, match=r"minimum \(4\) > maximum \(2\)"):
+                cluster.adapt(pool="big", minimum_jobs=2, maximum_jobs=1)
             with pytest.raises(ClusterConfigError, match="no pool"):
                 cluster.scale_pool("nope", 1)
             with pytest.raises(ClusterConfigError, match="already exists"):
                 cluster.add_pool(pools[0])
             assert "small: 1 job x 1 core" in repr(cluster)
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_adapts_to_the_load_between_its_own_bounds():
+    """adapt(pool=, minimum_jobs=, maximum_jobs=): up to the maximum under load, back to
+    the minimum after; the other pool is left alone."""
+    import time
+
+    from distributed import Client
+
+    pools = [PoolSpec("small", count=0, cores=1, memory="512MiB", processes=1),
+             PoolSpec("big", cores=1, memory="512MiB", processes=1)]  # fmt: skip
+    with start_pools("local", pools, timeout=60, interface="lo") as cluster:
+        with Client(cluster) as client:
+            adaptive = cluster.adapt(
+                pool="small", minimum_jobs=1, maximum_jobs=2, interval="100ms", wait_count=2,
+                target_duration="1s",
+            )  # fmt: skip
+            _wait_until(lambda: cluster.workers_by_pool()["small"] == ["small-0"])
+            futures = client.map(time.sleep, [0.5] * 16, pure=False)
+            seen = set()
+            while not all(f.done() for f in futures):
+                seen.add(len(cluster.workers_by_pool()["small"]))
+                time.sleep(0.05)
+            assert max(seen) == 2, seen  # never past maximum_jobs
+            del futures
+            _wait_until(lambda: cluster.workers_by_pool()["small"] == ["small-0"])
+            assert cluster.pools["small"].count == 1 and cluster.pools["big"].count == 1
+            assert cluster.workers_by_pool()["big"] == ["big-0"]
+            adaptive.stop()
 
 
 def test_pools_timeout_names_the_missing_workers():

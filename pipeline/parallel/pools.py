@@ -46,6 +46,7 @@ from typing import Any
 
 import dask
 from dask.utils import format_bytes, parse_bytes
+from distributed.deploy.adaptive import Adaptive
 
 __all__ = [
     "BATCH_SYSTEMS",
@@ -53,6 +54,7 @@ __all__ = [
     "JOBQUEUE_KINDS",
     "ClusterConfig",
     "ClusterConfigError",
+    "PoolAdaptive",
     "PoolSpec",
     "PooledJobCluster",
     "PoolsTimeoutError",
@@ -92,6 +94,8 @@ _CLUSTER_ONLY = frozenset(
 )
 # Job keywords holding lists: a pool's entries are added to the common ones.
 _LIST_KEYS = ("job_extra_directives", "worker_extra_args", "job_script_prologue")
+# Old spellings dask-jobqueue still accepts (with a warning) and a section may hold.
+_DEPRECATED_JOB_KEYS = frozenset({"env_extra", "extra", "header_skip", "job_extra", "project"})
 # Keywords the pools layer sets itself, per job.
 _RESERVED = frozenset({"scheduler", "n_workers", "job_cls", "config_name"})
 
@@ -144,6 +148,12 @@ class PoolSpec:
         OpenBLAS threads fight the third busy thread). ``"auto"`` is the threads per
         worker process (for big layers on a node the job has to itself); None leaves the
         environment alone.
+    config_name : str, optional
+        A section of Dask's ``jobqueue`` configuration (``jobqueue.yaml``) that this pool
+        takes its settings from, as dask-jobqueue's ``config_name=`` does for a cluster:
+        what the pool leaves at None comes from ``jobqueue.<config_name>`` before the
+        common keywords, and what that section does not set from them (the section must
+        exist; it may hold only the settings that differ).
     options : mapping, default={}
         Any other keyword of the kind's job class (``account``, ``resource_spec``,
         ``job_name``, ``job_script_prologue``, ``worker_extra_args``, ...); checked
@@ -161,6 +171,7 @@ class PoolSpec:
     job_extra_directives: tuple[str, ...] = ()
     resources: Mapping[str, float] = field(default_factory=dict)
     blas_threads: int | str | None = 1
+    config_name: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -200,6 +211,14 @@ class PoolSpec:
         object.__setattr__(self, "resources", resources)
         if self.blas_threads not in ("auto", None):
             _check_int(self.blas_threads, f"{where}: blas_threads", minimum=1)
+        if self.config_name is not None:
+            if not isinstance(self.config_name, str):
+                raise ClusterConfigError(f"{where}: config_name must be a string")
+            if dask.config.get(f"jobqueue.{self.config_name}", None) is None:
+                raise ClusterConfigError(
+                    f"{where}: no section jobqueue.{self.config_name} in the Dask "
+                    "configuration (jobqueue.yaml)"
+                )
         options = dict(self.options or {})
         clash = sorted((set(options) & {f.name for f in fields(self)}) | (set(options) & _RESERVED))
         if clash:
@@ -239,6 +258,8 @@ class PoolSpec:
             parts.append(f"queue {self.queue}")
         if self.walltime:
             parts.append(f"walltime {self.walltime}")
+        if self.config_name:
+            parts.append(f"config jobqueue.{self.config_name}")
         return f"{self.name}: {', '.join(parts)}"
 
 
@@ -330,6 +351,14 @@ def _pool_job_kwargs(kind: str, base: Mapping[str, Any], pool: PoolSpec) -> dict
     job_cls = _job_class(kind)
     kw = dict(base)
     config_name = kw.get("config_name") or job_cls.config_name
+    if pool.config_name is not None:
+        # The pool's section over the common keywords; what it does not set comes from
+        # them, then from the cluster's section (a pool's section may be partial).
+        section = _snake_keys(dask.config.get(f"jobqueue.{pool.config_name}") or {})
+        if "name" in section:
+            section["job_name"] = section.pop("name")  # the config's key for job_name
+        accepted = _job_keywords(job_cls) - _DEPRECATED_JOB_KEYS - {"name", "config_name"}
+        kw.update({k: v for k, v in section.items() if k in accepted and v is not None})
 
     def config(key: str, default: Any = None) -> Any:
         return dask.config.get(f"jobqueue.{config_name}.{key}", default)
@@ -466,6 +495,70 @@ def _check_pools(pools: Iterable[PoolSpec]) -> list[PoolSpec]:
 
 
 # ------------------------------------------------------------------------- the cluster
+class PoolAdaptive(Adaptive):
+    """dask's ``Adaptive`` for one pool of a :class:`PooledJobCluster`.
+
+    It sees the pool's workers only (``plan``, ``requested``, ``observed``), aims at the
+    scheduler's target less the other pools' workers, scales up by the pool's jobs and
+    retires the pool's newest jobs whole.
+    """
+
+    def __init__(self, cluster: PooledJobCluster, pool: str, **kwargs: Any) -> None:
+        self.pool = pool
+        super().__init__(cluster, **kwargs)
+
+    def _mine(self, names: Iterable[Any]) -> set:
+        return {n for n in names if pool_of(str(n)) == self.pool}
+
+    @property
+    def plan(self) -> set:
+        return self._mine(self.cluster.plan)
+
+    @property
+    def requested(self) -> set:
+        return self._mine(self.cluster.requested)
+
+    @property
+    def observed(self) -> set:
+        return self._mine(self.cluster.observed)
+
+    async def target(self) -> int:
+        total = await self.scheduler.adaptive_target(target_duration=self.target_duration)
+        others = len(self.cluster.observed) - len(self.observed)
+        return max(0, total - others)
+
+    async def workers_to_close(self, target: int) -> list[str]:
+        """The pool's newest jobs, whole, while the rest still holds ``target`` workers."""
+        jobs = list(self.cluster._jobs[self.pool])
+        observed = {str(n) for n in self.observed}
+        close: list[str] = []
+        while jobs:
+            job = jobs[-1]
+            workers = sorted(w for w in observed if _is_worker_of(w, job))
+            if len(observed) - len(workers) < target:
+                break
+            close += workers
+            observed -= set(workers)
+            jobs.pop()
+        return close
+
+    async def scale_up(self, n: int) -> None:
+        processes = self.cluster._pool_kwargs[self.pool]["processes"]
+        f = self.cluster.scale_pool(self.pool, math.ceil(n / processes))
+        if inspect.isawaitable(f):
+            await f
+
+    async def scale_down(self, workers: Iterable[str]) -> None:
+        workers = list(workers)
+        if not workers:
+            return
+        await self.scheduler.retire_workers(names=workers, remove=True, close_workers=True)
+        jobs = {j for j in self.cluster._jobs[self.pool] for w in workers if _is_worker_of(w, j)}
+        f = self.cluster._drop_jobs(self.pool, jobs)
+        if inspect.isawaitable(f):
+            await f
+
+
 class PooledJobCluster:
     """Mixin over a dask-jobqueue cluster class: several pools under its one scheduler.
 
@@ -478,7 +571,8 @@ class PooledJobCluster:
     Each pool has its own job template, so :meth:`scale` takes the pool to scale
     (``scale(jobs=2, pool="big")``, or ``n`` workers, ``memory`` or ``cores`` as
     dask-jobqueue's ``scale`` does; ``scale(0)`` stops every job, as ``close`` does), as
-    does :meth:`scale_pool`. ``adapt`` is refused: adaptive scaling per pool is not built.
+    does :meth:`scale_pool`; :meth:`adapt` likewise adapts one pool between its own
+    bounds (``adapt(pool="big", minimum_jobs=0, maximum_jobs=4)``).
 
     Attributes
     ----------
@@ -518,6 +612,7 @@ class PooledJobCluster:
         self._next_job: dict[str, int] = {}
         self.last_scale_s: float | None = None
         self._scale_started: float | None = None
+        self._adaptives: dict[str, PoolAdaptive] = {}
         super().__init__(n_workers=0, **cluster_kw, **job_kw)
         try:
             for pool in pools:
@@ -649,11 +744,80 @@ class PooledJobCluster:
             return math.ceil(cores / kwargs["cores"])
         return int(jobs)
 
-    def adapt(self, *args: Any, **kwargs: Any):
-        """Refused: adaptive scaling knows one job template (see the class docstring)."""
-        raise NotImplementedError(
-            "adaptive scaling of pools is not implemented: use cluster.scale_pool(name, count)"
-        )
+    def adapt(
+        self,
+        *,
+        pool: str | None = None,
+        minimum_jobs: int | None = None,
+        maximum_jobs: int | None = None,
+        minimum: int = 0,
+        maximum: float = math.inf,
+        **kwargs: Any,
+    ):
+        """Scale one pool with the scheduler's load, as dask-jobqueue's ``adapt`` does.
+
+        Parameters
+        ----------
+        pool : str
+            The pool that adapts; each pool adapts on its own, between its own bounds.
+        minimum_jobs, maximum_jobs : int, optional
+            Bounds in jobs (they win over ``minimum``/``maximum``, in workers).
+        minimum, maximum : int, default=0 and inf
+            Bounds in workers of the pool.
+        **kwargs
+            For :class:`distributed.deploy.Adaptive` (``interval``, ``wait_count``,
+            ``target_duration``).
+
+        Returns
+        -------
+        adaptive : PoolAdaptive
+            Stopped by ``adaptive.stop()``, by ``adapt`` again on the same pool, or when the
+            cluster closes.
+
+        Notes
+        -----
+        The scheduler asks for a number of workers for the whole cluster; a pool adds
+        what the other pools' workers leave missing (so two adaptive pools share the
+        load, not double it) and gives back its own workers, whole jobs at a time.
+        """
+        if pool is None:
+            raise ClusterConfigError(
+                "a pools cluster adapts per pool: adapt(pool=NAME, minimum_jobs=, "
+                f"maximum_jobs=) with NAME one of {', '.join(self.pools)}"
+            )
+        if pool not in self.pools:
+            raise ClusterConfigError(f"no pool {pool!r}; pools: {', '.join(self.pools)}")
+        processes = self._pool_kwargs[pool]["processes"]
+        if minimum_jobs is not None:
+            minimum = minimum_jobs * processes
+        if maximum_jobs is not None:
+            maximum = maximum_jobs * processes
+        if minimum > maximum:
+            raise ClusterConfigError(f"pool {pool!r}: minimum ({minimum}) > maximum ({maximum})")
+        previous = self._adaptives.pop(pool, None)
+        if previous is not None:
+            previous.stop()
+        adaptive = PoolAdaptive(self, pool, minimum=minimum, maximum=maximum, **kwargs)
+        self._adaptives[pool] = adaptive
+        return adaptive
+
+    def _drop_jobs(self, pool: str, jobs: Iterable[str]):
+        """Take ``jobs`` of ``pool`` out of the plan and cancel them (adaptive scale-down)."""
+        for job in jobs:
+            if job in self._jobs[pool]:
+                self._jobs[pool].remove(job)
+                self.worker_spec.pop(job, None)
+        self.pools[pool] = replace(self.pools[pool], count=len(self._jobs[pool]))
+        return self._sync_jobs()
+
+    def _stop_adapting(self) -> None:
+        for adaptive in self._adaptives.values():
+            adaptive.stop()
+        self._adaptives.clear()
+
+    async def _close(self) -> None:
+        self._stop_adapting()
+        await super()._close()
 
     # -- inspection
     def job_script(self, pool: str | None = None) -> str:
