@@ -256,6 +256,35 @@ def _fit_losing_small(client, tmp_path: Path, trigger, max_iter: int) -> tuple[s
     return "recovered", took
 
 
+@pytest.mark.timeout(150)
+def test_a_pool_adapts_on_slurm_submitting_and_cancelling_its_own_jobs(slurm_up, tmp_path):
+    pools = [PoolSpec("small", count=0, cores=1, memory="1GiB", processes=1),
+             PoolSpec("big", cores=1, memory="1GiB", processes=1)]  # fmt: skip
+    cluster = _start(tmp_path, pools)
+    with cluster, Client(cluster) as client:
+        big_job = cluster.job_ids()["big-0"]
+        cluster.adapt(
+            pool="small", minimum_jobs=0, maximum_jobs=1, interval="200ms", wait_count=2,
+            target_duration="1s",
+        )  # fmt: skip
+        futures = client.map(time.sleep, [0.5] * 24, pure=False)  # 12 s on big-0 alone
+        deadline = time.monotonic() + 60
+        while cluster.workers_by_pool()["small"] != ["small-0"]:
+            assert time.monotonic() < deadline, "the adaptive pool never grew"
+            time.sleep(0.1)
+        small_job = cluster.job_ids()["small-0"]
+        assert small_job in _squeue_ids()  # a real SLURM job was submitted for it
+        client.gather(futures)
+        del futures
+        deadline = time.monotonic() + 60
+        while cluster.workers_by_pool()["small"] or small_job in _squeue_ids():
+            assert time.monotonic() < deadline, "the adaptive pool never gave its job back"
+            time.sleep(0.2)
+        assert cluster.pools["small"].count == 0
+        assert cluster.workers_by_pool()["big"] == ["big-0"] and big_job in _squeue_ids()
+    print(f"small-0 (job {small_job}) submitted under load and cancelled after it")
+
+
 @pytest.mark.timeout(120)
 def test_scancel_of_a_pool_job_mid_fit_is_reported_and_does_not_hang(slurm_up, tmp_path):
     cluster = _start(tmp_path, _pools())
