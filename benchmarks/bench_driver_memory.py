@@ -12,9 +12,11 @@ Driver memory is the RSS high-water during ``fit`` minus the RSS just before it 
 also hosts the scheduler, which is counted. The ratio printed is that growth over the
 data's size in memory (rows x (features x 4 + 8) bytes).
 
-Then the same folder through the command line: ``hmdspt train --data FOLDER --target
-label`` on its emulated 3-worker cluster, whose driver process's peak RSS (sampled from
-``/proc`` every 20 ms: the CLI runs the scheduler too, its workers are other processes)
+The same fit with ``early_stopping=True`` is measured alike (its validation rows are split,
+persisted and scored on the workers). Then the same folder through the command line:
+``hmdspt train --data FOLDER --target label`` on its emulated 3-worker cluster, whose
+driver process's peak RSS (sampled from ``/proc`` every 20 ms: the CLI runs the scheduler
+too, its workers are other processes)
 is set against the same command on a folder of 1 % of the rows: the difference is what
 the data cost the driver.
 
@@ -110,18 +112,28 @@ def main(argv: list[str] | None = None) -> int:
             Client(cluster) as client,
         ):
             ddf = dd.read_parquet(str(folder))
-            model = BPNNClassifier((32,), max_iter=args.epochs, batch_size=512, random_state=0)
-            model.set_params(client=client)
-            before, maxrss_before = _rss(), _maxrss()
-            start = time.perf_counter()
-            with warnings.catch_warnings(), PeakSampler() as sampler:
-                warnings.simplefilter("ignore")
-                model.fit(ddf.drop(columns="label"), ddf["label"])
-            wall = time.perf_counter() - start
-            peak = sampler.peak
-            if _maxrss() > maxrss_before:
-                peak = max(peak, _maxrss())
+
+            def measured_fit(**params):
+                """(RSS before, peak RSS, wall s, model) of one fit of the folder."""
+                model = BPNNClassifier(
+                    (32,), max_iter=args.epochs, batch_size=512, random_state=0, **params
+                )
+                model.set_params(client=client)
+                before, maxrss_before = _rss(), _maxrss()
+                start = time.perf_counter()
+                with warnings.catch_warnings(), PeakSampler() as sampler:
+                    warnings.simplefilter("ignore")
+                    model.fit(ddf.drop(columns="label"), ddf["label"])
+                wall = time.perf_counter() - start
+                peak = sampler.peak
+                if _maxrss() > maxrss_before:
+                    peak = max(peak, _maxrss())
+                return before, peak, wall, model
+
+            before, peak, wall, model = measured_fit()
             rows = {n: r["rows"] for n, r in model.training_report_.items()}
+            # The validation rows are split, persisted and scored on the workers.
+            es_before, es_peak, es_wall, _ = measured_fit(early_stopping=True)
         small = Path(tmp) / "small"
         small.mkdir()
         code = (
@@ -140,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"driver RSS: {before / 1e6:.0f} MB before the fit, peak {peak / 1e6:.0f} MB; "
         f"growth {growth / 1e6:.1f} MB = {growth / in_memory:.1%} of the data in memory"
+    )
+    es_growth = es_peak - es_before
+    print(
+        f"the same with early_stopping=True ({es_wall:.1f} s): growth {es_growth / 1e6:.1f} MB"
+        f" = {es_growth / in_memory:.1%} of the data in memory"
     )
     cli_growth = cli_peak - small_peak
     print(

@@ -283,28 +283,15 @@ def _prediction_width(estimator) -> int | None:
     return estimator.n_outputs_
 
 
-def _known_rows(client, part):
-    """Dask ``part`` as a Dask array whose row blocks have known lengths (counted by
-    ``client``'s workers: only counts travel)."""
-    import dask.array as da
-
-    from hmdspt.parallel.shards import _block_lengths
-
-    lengths = tuple(_block_lengths(client, part))
-    if _is_dask_frame(part):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Dask currently has limited support for converting")
-            return part.to_dask_array(lengths=lengths)
-    return da.Array(part.dask, part.name, (lengths, *part.chunks[1:]), meta=part._meta)
-
-
 def _persisted(client, parts: list) -> list:
-    """Dask ``parts`` as arrays of known row blocks persisted on ``client``'s workers
-    (None stays None): held-out data read once, then scored there every epoch."""
-    parts = [None if p is None else _known_rows(client, p) for p in parts]
+    """Dask ``parts`` persisted on ``client``'s workers, then as arrays of known row
+    blocks (None stays None): held-out data read once, then scored there every epoch."""
+    from hmdspt.parallel.sources import known_rows
+
     lazy = [p for p in parts if p is not None]
     kept = iter(client.persist(lazy) if lazy else [])
-    return [None if p is None else next(kept) for p in parts]
+    parts = [None if p is None else next(kept) for p in parts]
+    return [None if p is None else known_rows(client, p) for p in parts]
 
 
 def _n_rows(X) -> int:
@@ -641,8 +628,16 @@ class _BaseBPNN(BaseEstimator):
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
-        held_out = None
+        held_out, names = None, None
         if self.early_stopping and not incremental:
+            if label_column is not None:
+                from hmdspt.parallel.shards import _split_target
+
+                X, y = _split_target(X, label_column, None, "Dask DataFrame")
+                label_column = None
+            if _is_dask_frame(X):  # split as an array: its names and column check first
+                _check_numeric_columns(X)
+                names = [str(c) for c in X.columns]
             (X, y, sample_weight), held_out = self._held_out_split(client, X, y, sample_weight)
         source = WorkerRead(
             client,
@@ -650,6 +645,7 @@ class _BaseBPNN(BaseEstimator):
             None if label_column else y,
             target=label_column,
             sample_weight=sample_weight,
+            feature_names=names,
         )
         self._set_n_features(source.n_features, source.feature_names, reset=first_pass)
         n_outputs, source.encode = self._targets_from(source, client, incremental)
@@ -674,8 +670,6 @@ class _BaseBPNN(BaseEstimator):
         train, (X_val, y_val, w_val) = split_held_out(
             client, [X, y, sample_weight], self.validation_fraction, seed
         )
-        if isinstance(y_val, str):  # the label column of a data frame
-            X_val, y_val = X_val.drop(columns=[y_val]), X_val[y_val]
         X_val, y_val, w_val = _persisted(client, [X_val, y_val, w_val])
         if sum(_block_lengths(client, X_val)) < 2:
             raise ValueError(

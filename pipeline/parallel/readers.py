@@ -542,6 +542,17 @@ def read_frame_part(part: tuple, kind: str, columns: Sequence[str]) -> pd.DataFr
     return frame[list(columns)]
 
 
+def empty_frame(kind: str, part: tuple, columns: Sequence[str]) -> pd.DataFrame:
+    """A data frame of ``columns`` with no rows, typed as :func:`read_frame_part` reads
+    ``part``: from the parquet schema (no row read), or a CSV's first 1,000 rows."""
+    path, start, stop = part
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path).empty_table().select(list(columns)).to_pandas()
+    return read_frame_part((path, start, min(stop, start + 1000)), kind, columns).iloc[:0]
+
+
 # --------------------------------------------------------------------------------------
 # A whole file on the driver
 # --------------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ from hmdspt.parallel.readers import (
     _read_npz_shard,
     _read_parquet_shard,
     _unique_target,
+    empty_frame,
     frame_parts,
     read_frame_part,
     source_kind,
@@ -989,6 +990,5 @@ def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
         raise ValueError(f"{path} has no rows")
     columns = [*meta["features"], *([] if target is None else [target])]
     parts = frame_parts(kind, path, meta)
-    head = parts[0] if kind == "parquet" else (path, 0, min(1000, meta["n_rows"]))
-    empty = read_frame_part(head, kind, columns).iloc[:0]
+    empty = empty_frame(kind, parts[0], columns)  # no rows read on the driver
     return dd.from_map(read_frame_part, parts, kind=kind, columns=columns, meta=empty)

@@ -32,7 +32,7 @@ from hmdspt.parallel.client import _wait_ok
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
-__all__ = ["InMemory", "WorkerRead", "split_held_out"]
+__all__ = ["InMemory", "WorkerRead", "known_rows", "split_held_out"]
 
 
 class InMemory:
@@ -110,6 +110,9 @@ class WorkerRead:
     sample_weight : Dask array or Series, or array, optional
         Non-negative row weights of a Dask collection (not of a path), read beside its
         rows and made the targets' last column by the encoding (``encode`` required).
+    feature_names : list of str, optional
+        Names of the features when ``X`` is an array cut from a data frame (e.g. by
+        :func:`split_held_out`); else the source's own (None for arrays and ``.npz``).
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class WorkerRead:
         encode: Callable[[np.ndarray], np.ndarray] | None = None,
         csv_chunksize: int = 65_536,
         sample_weight: Any = None,
+        feature_names: list[str] | None = None,
     ) -> None:
         self.X, self.y, self.target, self.x_key = X, y, target, x_key
         self.encode = encode
@@ -132,7 +136,9 @@ class WorkerRead:
         )
         self.n_rows = self.reader.n_rows
         self.n_features = self.reader.n_features
-        self.feature_names = self.reader.feature_names
+        self.feature_names = (
+            self.reader.feature_names if feature_names is None else list(feature_names)
+        )
         self.n_targets = self.reader.n_targets
 
     def unique_labels(self, client: Client) -> np.ndarray:
@@ -221,74 +227,74 @@ class WorkerRead:
         }
 
 
-def _rows_kept(
-    block: Any,
-    offsets: np.ndarray,
-    seed: int,
-    fraction: float,
-    held: bool,
-    partition_info: dict | None = None,
-    block_info: dict | None = None,
-) -> Any:
-    """The rows of one block that fall in the held-out part (``held``) or the rest."""
-    if block_info is not None:
-        start = int(block_info[0]["array-location"][0][0])
-    else:
-        start = int(offsets[partition_info["number"]])
-    mask = held_out_rows(seed, start, start + len(block), fraction)
-    return block[mask if held else ~mask]
+def known_rows(client: Client, part: Any) -> Any:
+    """Dask ``part`` (array, DataFrame or Series) as a Dask array whose row blocks have
+    known lengths, counted by ``client``'s workers (only counts travel).
 
-
-def _split_one(client: Client, part: Any, seed: int, fraction: float) -> tuple[Any, Any]:
+    A data frame's blocks are taken as the workers compute them (``to_delayed``): Dask
+    may fuse a few columns' partitions, so neither ``npartitions`` nor
+    ``to_dask_array(lengths=)``, which count the unfused ones, can be trusted with them.
+    """
+    import dask
     import dask.array as da
 
-    if not hasattr(part, "__dask_graph__"):
-        part = da.from_array(np.asarray(part))
-    lengths = shards._block_lengths(client, part)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    if hasattr(part, "map_partitions"):  # a data frame or series: rows by partition
-        return tuple(
-            part.map_partitions(_rows_kept, offsets, seed, fraction, held, meta=part._meta)
-            for held in (False, True)
-        )
-    if any(np.isnan(c) for c in part.chunks[0]):
-        part = part.rechunk({0: tuple(lengths)})  # known row blocks: block_info has them
-    if part.ndim == 2:
-        part = part.rechunk({1: -1})
-    chunks = ((np.nan,) * len(lengths), *part.chunks[1:])
-    return tuple(
-        part.map_blocks(
-            _rows_kept,
-            offsets,
-            seed,
-            fraction,
-            held,
-            chunks=chunks,
-            dtype=part.dtype,
-            meta=part._meta,
-        )
-        for held in (False, True)
-    )
+    lengths = tuple(shards._block_lengths(client, part))
+    if hasattr(part, "chunks"):
+        return da.Array(part.dask, part.name, (lengths, *part.chunks[1:]), meta=part._meta)
+    meta = part._meta.to_numpy()
+    blocks = [
+        da.from_delayed(dask.delayed(np.asarray)(block), (n, *meta.shape[1:]), meta.dtype)
+        for block, n in zip(shards._delayed_blocks(part), lengths)
+    ]
+    return da.concatenate(blocks) if blocks else da.from_array(meta)
+
+
+def _rows_kept(
+    block: np.ndarray, seed: int, fraction: float, held: bool, block_info: dict | None = None
+) -> np.ndarray:
+    """The rows of one block in the held-out part (``held``) or in the rest."""
+    start = int(block_info[0]["array-location"][0][0])
+    mask = held_out_rows(seed, start, start + len(block), fraction)
+    return block[mask if held else ~mask]
 
 
 def split_held_out(
     client: Client, parts: list[Any], fraction: float, seed: int
 ) -> tuple[list[Any], list[Any]]:
-    """The training and held-out parts of Dask data, lazily: nothing is read here.
+    """The training and held-out parts of Dask data, lazily: only block lengths are read.
 
-    ``parts`` are X, its labels and weights (Dask collections, arrays, or None / a column
-    name, passed through). Each row is held out by its position in the source and
-    ``seed`` (:func:`~hmdspt.core.shard.held_out_rows`), so every part splits alike
-    whatever its blocks, and reading a block again gives the same rows. The split is
-    random, not stratified. Only block lengths are counted on the workers.
+    ``parts`` are X, its labels and weights: Dask collections or arrays (None and a
+    column name pass through). Each becomes a Dask array of known row blocks
+    (:func:`known_rows`; a data frame's feature names are the caller's to keep), and each
+    row is held out by its position and ``seed``
+    (:func:`~hmdspt.core.shard.held_out_rows`), so the parts split alike whatever their
+    blocks, and a block read again gives the same rows. Random, not stratified.
     """
+    import dask.array as da
+
     train, held = [], []
     for part in parts:
         if part is None or isinstance(part, str):
             train.append(part)
             held.append(part)
             continue
-        t, h = _split_one(client, part, seed, fraction)
-        train.append(t)
-        held.append(h)
+        if hasattr(part, "__dask_graph__"):
+            part = known_rows(client, part)
+        else:
+            part = da.from_array(np.asarray(part))
+        if part.ndim == 2:
+            part = part.rechunk({1: -1})
+        chunks = ((np.nan,) * part.numblocks[0], *part.chunks[1:])
+        for out, keep in ((train, False), (held, True)):
+            out.append(
+                part.map_blocks(
+                    _rows_kept,
+                    seed,
+                    fraction,
+                    keep,
+                    chunks=chunks,
+                    dtype=part.dtype,
+                    meta=part._meta,
+                )  # fmt: skip
+            )
     return train, held
