@@ -1556,12 +1556,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            width = (
-                None
-                if self.n_outputs_ == 1 or self.out_activation_ == "softmax"
-                else (self.n_outputs_)
-            )
-            return _blockwise(self.predict, X, width, self.classes_.dtype)
+            return _blockwise(self.predict, X, _prediction_width(self), self.classes_.dtype)
         return self._predict(X)
 
     def score(self, X, y, sample_weight=None):
@@ -1978,8 +1973,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            width = None if self.n_outputs_ == 1 else self.n_outputs_
-            return _blockwise(self.predict, X, width, self._model.dtype)
+            return _blockwise(self.predict, X, _prediction_width(self), self._model.dtype)
         return self._predict(X)
 
     @_fit_context(prefer_skip_nested_validation=True)
