@@ -283,6 +283,21 @@ def _prediction_width(estimator) -> int | None:
     return estimator.n_outputs_
 
 
+def _score_of_path(estimator, path, y, sample_weight=None) -> float:
+    """``estimator.score`` of the rows of a data file, as a float."""
+    from hmdspt.parallel.readers import reader_kind
+
+    if reader_kind(path) == "npz":
+        return estimator.score(*_read_in_process(path, y), sample_weight=sample_weight)
+    from hmdspt.parallel.shards import frame_of
+
+    if not isinstance(y, str):
+        raise ValueError(f"{os.fspath(path)}: name its label column as y")
+    frame = frame_of(path, y)
+    X, labels = frame.drop(columns=[y]), frame[y]
+    return float(estimator.score(X, labels, sample_weight=sample_weight))
+
+
 def _persisted(client, parts: list) -> list:
     """Dask ``parts`` persisted on ``client``'s workers, then as arrays of known row
     blocks (None stays None): held-out data read once, then scored there every epoch."""
@@ -1564,8 +1579,12 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
         On Dask input (a Dask array or DataFrame ``X``, labels as a Dask array or
         Series) the result is a lazy Dask scalar, computed block by block on the
-        workers: call ``float()`` or ``.compute()`` on it.
+        workers: call ``float()`` or ``.compute()`` on it. A path (``y`` its label column
+        or key) gives a float: a parquet or CSV file is read block by block by Dask's
+        current scheduler (the active Client's workers, if any), an ``.npz`` file here.
         """
+        if isinstance(X, (str, os.PathLike)):
+            return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
             return self._lazy_score(self.predict(X), y, X, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
@@ -1944,8 +1963,12 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
 
         On Dask input (a Dask array or DataFrame ``X``, targets as a Dask array or
         Series) the result is a lazy Dask scalar, computed block by block on the
-        workers: call ``float()`` or ``.compute()`` on it.
+        workers: call ``float()`` or ``.compute()`` on it. A path (``y`` its label column
+        or key) gives a float: a parquet or CSV file is read block by block by Dask's
+        current scheduler (the active Client's workers, if any), an ``.npz`` file here.
         """
+        if isinstance(X, (str, os.PathLike)):
+            return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
             return self._lazy_score(self.predict(X), y, X, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)

@@ -330,6 +330,23 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
     assert float(score) == pytest.approx(regressor.score(X, targets), rel=1e-5)  # float32 blocks
 
 
+def test_score_takes_a_path_as_fit_does(frame, files):
+    features, labels = frame.drop(columns="label"), frame["label"]
+    model = _fit(BPNNClassifier(client=False, **PARAMS), features, labels)
+    expected = model.score(features, labels)
+    weights = np.linspace(0, 2, N_ROWS)
+    for path, y in [(files / "rows.parquet", "label"), (str(files / "folder" / "*.parquet"),
+                    "label"), (files / "rows.csv.gz", "label")]:  # fmt: skip
+        score = model.score(path, y)
+        assert isinstance(score, float) and score == pytest.approx(expected, abs=1e-9), path
+        weighted = model.score(path, y, sample_weight=weights)
+        assert weighted == pytest.approx(model.score(features, labels, sample_weight=weights))
+    npz = model.score(files / "rows.npz", None)  # the file's own label array
+    assert npz == pytest.approx(model.score(features.to_numpy(), labels), abs=1e-9)
+    with pytest.raises(ValueError, match="name its label column as y"):
+        model.score(files / "rows.parquet", None)
+
+
 @pytest.mark.parametrize("data", ["folder", "folder/*.parquet", "rows.csv.gz"])
 def test_the_cli_trains_on_a_file_the_workers_read(cluster, files, data, tmp_path, capsys):
     from hmdspt.cli import main
