@@ -442,12 +442,13 @@ def test_a_pool_adapts_to_the_load_between_its_own_bounds():
                 target_duration="1s",
             )  # fmt: skip
             _wait_until(lambda: cluster.workers_by_pool()["small"] == ["small-0"])
-            futures = client.map(time.sleep, [0.5] * 16, pure=False)
-            seen = set()
-            while not all(f.done() for f in futures):
-                seen.add(len(cluster.workers_by_pool()["small"]))
-                time.sleep(0.05)
-            assert max(seen) == 2, seen  # never past maximum_jobs
+            # Load that lasts until the test lifts it (cancels it), however slowly a job
+            # starts.
+            futures = client.map(time.sleep, [60.0] * 16, pure=False)
+            _wait_until(lambda: len(cluster.workers_by_pool()["small"]) == 2, timeout=60)
+            time.sleep(1.0)  # a few more adaptive intervals under the same load
+            assert len(cluster.workers_by_pool()["small"]) == 2  # never past maximum_jobs
+            client.cancel(futures)
             del futures
             _wait_until(lambda: cluster.workers_by_pool()["small"] == ["small-0"])
             assert cluster.pools["small"].count == 1 and cluster.pools["big"].count == 1

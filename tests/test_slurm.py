@@ -267,14 +267,16 @@ def test_a_pool_adapts_on_slurm_submitting_and_cancelling_its_own_jobs(slurm_up,
             pool="small", minimum_jobs=0, maximum_jobs=1, interval="200ms", wait_count=2,
             target_duration="1s",
         )  # fmt: skip
-        futures = client.map(time.sleep, [0.5] * 24, pure=False)  # 12 s on big-0 alone
+        # Load that lasts until the test lifts it (cancels it), however slowly the job
+        # starts.
+        futures = client.map(time.sleep, [90.0] * 16, pure=False)
         deadline = time.monotonic() + 60
         while cluster.workers_by_pool()["small"] != ["small-0"]:
             assert time.monotonic() < deadline, "the adaptive pool never grew"
             time.sleep(0.1)
         small_job = cluster.job_ids()["small-0"]
         assert small_job in _squeue_ids()  # a real SLURM job was submitted for it
-        client.gather(futures)
+        client.cancel(futures)
         del futures
         deadline = time.monotonic() + 60
         while cluster.workers_by_pool()["small"] or small_job in _squeue_ids():
