@@ -21,6 +21,8 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from hmdspt import BPNNClassifier
 from hmdspt.cli import main
 
+pytestmark = pytest.mark.heavy  # fits on a cluster, joblib processes: ~20 s of one core
+
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -27,6 +27,8 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
+pytestmark = pytest.mark.heavy  # clusters, file reads and CLI runs: ~40 s of one core
+
 N_ROWS, N_FEATURES = 6000, 10
 
 
