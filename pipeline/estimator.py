@@ -1514,6 +1514,14 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     def _targets_from(self, source, client, incremental: bool):
         """``(n_outputs, encode)`` of data the workers read: labels found there."""
         classes = source.unique_labels(client)
+        if source.n_targets > 1:  # a label indicator matrix: one 0/1 column per label
+            if not np.isin(classes, (0, 1)).all():
+                raise ValueError(
+                    "Multioutput target data is not supported with label binarization: "
+                    f"a 2-D y must hold 0 and 1 only (a label indicator), found {classes[:5]}"
+                )
+            # The binarizer fitted as on the indicator matrix, from its two kinds of rows.
+            classes = np.repeat([[0], [1]], source.n_targets, axis=1)
         self._fit_labels(classes, incremental)
         # The fitted binarizer's transform runs on the workers, on each shard's labels.
         encode = self._label_binarizer.transform

@@ -332,6 +332,20 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
     assert float(score) == pytest.approx(regressor.score(X, targets), rel=1e-5)  # float32 blocks
 
 
+def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, frame):
+    X = frame.drop(columns="label").to_numpy()
+    Y = np.c_[X[:, 0] > 0, X[:, 1] > X[:, 2], X[:, 3] > 0.5].astype(int)
+    params = dict(hidden_layer_sizes=(16,), max_iter=10, random_state=0, learning_rate_init=0.01)
+    model = _fit(BPNNClassifier(client=client, **params), da.from_array(X, chunks=1500),
+                 da.from_array(Y, chunks=1000))  # fmt: skip
+    reference = _fit(BPNNClassifier(client=False, **params), X, Y)
+    assert hasattr(model, "training_report_") and list(model.classes_) == [0, 1, 2]
+    score, expected = model.score(X, Y), reference.score(X, Y)
+    assert score > 0.6 and abs(score - expected) < 0.05, (score, expected)
+    with pytest.raises(ValueError, match="must hold 0 and 1 only"):
+        BPNNClassifier(client=client).fit(da.from_array(X), da.from_array(2 * Y))
+
+
 def test_score_takes_a_path_as_fit_does(frame, files):
     features, labels = frame.drop(columns="label"), frame["label"]
     model = _fit(BPNNClassifier(client=False, **PARAMS), features, labels)
