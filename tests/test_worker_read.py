@@ -346,6 +346,19 @@ def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, fra
         BPNNClassifier(client=client).fit(da.from_array(X), da.from_array(2 * Y))
 
 
+@pytest.mark.parametrize("name", ["rows.csv.gz", "rows.parquet", "folder/*.parquet"])
+def test_frame_of_reads_every_row_once_in_file_order(frame, files, name, monkeypatch):
+    from hmdspt.parallel import readers
+    from hmdspt.parallel.shards import frame_of
+
+    monkeypatch.setattr(readers, "CSV_PART_ROWS", 1700)  # CSV in parts, the last one short
+    ddf = frame_of(str(files / name), "label")
+    assert ddf.npartitions == {"rows.csv.gz": 4, "rows.parquet": 1, "folder/*.parquet": 2}[name]
+    pd.testing.assert_frame_equal(
+        ddf.compute(scheduler="sync").reset_index(drop=True), frame, check_dtype=False
+    )
+
+
 def test_score_takes_a_path_as_fit_does(frame, files):
     features, labels = frame.drop(columns="label"), frame["label"]
     model = _fit(BPNNClassifier(client=False, **PARAMS), features, labels)

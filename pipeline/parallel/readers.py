@@ -535,10 +535,13 @@ def read_frame_part(part: tuple, kind: str, columns: Sequence[str]) -> pd.DataFr
         import pyarrow.parquet as pq
 
         return pq.read_table(path, columns=list(columns)).to_pandas()
+    names = [str(c) for c in pd.read_csv(path, nrows=0).columns]  # the header alone
+    # An int skiprows skips lines in the parser (a list of row numbers would be a set of
+    # millions of ints in memory for a late part).
     frame = pd.read_csv(
-        path, usecols=list(columns), skiprows=range(1, start + 1), nrows=stop - start
-    )
-    frame.columns = [str(c) for c in frame.columns]
+        path, header=None, names=names, skiprows=start + 1, nrows=stop - start,
+        usecols=list(columns),
+    )  # fmt: skip
     return frame[list(columns)]
 
 
