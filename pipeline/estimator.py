@@ -283,18 +283,30 @@ def _prediction_width(estimator) -> int | None:
     return estimator.n_outputs_
 
 
-def _score_of_path(estimator, path, y, sample_weight=None) -> float:
-    """``estimator.score`` of the rows of a data file, as a float."""
+def _lazy_path(path, y):
+    """A data file as Dask collections its blocks are read from, by staging's reader.
+
+    Parquet and CSV: a Dask DataFrame with the label column ``y`` (returned as is); an
+    ``.npz``: the Dask arrays ``(X, labels)`` (``y`` the label key, or its default).
+    """
     from hmdspt.parallel.readers import reader_kind
+    from hmdspt.parallel.shards import frame_of, npz_arrays
 
     if reader_kind(path) == "npz":
-        return estimator.score(*_read_in_process(path, y), sample_weight=sample_weight)
-    from hmdspt.parallel.shards import frame_of
-
+        X, labels = npz_arrays(path, y)
+        if labels is None:
+            raise ValueError(f"{os.fspath(path)}: no labels; name the label array as y")
+        return X, labels
     if not isinstance(y, str):
         raise ValueError(f"{os.fspath(path)}: name its label column as y")
-    frame = frame_of(path, y)
-    X, labels = frame.drop(columns=[y]), frame[y]
+    return frame_of(path, y), y
+
+
+def _score_of_path(estimator, path, y, sample_weight=None) -> float:
+    """``estimator.score`` of the rows of a data file, as a float."""
+    X, labels = _lazy_path(path, y)
+    if isinstance(labels, str):
+        X, labels = X.drop(columns=[labels]), X[labels]
     return float(estimator.score(X, labels, sample_weight=sample_weight))
 
 
@@ -622,16 +634,9 @@ class _BaseBPNN(BaseEstimator):
 
         label_column = y if isinstance(y, str) else None
         if isinstance(X, (str, os.PathLike)) and (self.early_stopping or sample_weight is not None):
-            from hmdspt.parallel.readers import reader_kind
-            from hmdspt.parallel.shards import frame_of
-
-            if reader_kind(X) == "npz":
-                raise ValueError(
-                    "early_stopping=True and sample_weight need a table (parquet, CSV), a "
-                    "Dask collection or arrays, not an .npz path: load its arrays first"
-                )
-            # Its rows split or weighted as a Dask DataFrame's, read by the same reader.
-            X = frame_of(X, label_column)
+            # Its rows split or weighted as a Dask collection's, read by the same reader.
+            X, y = _lazy_path(X, y)
+            label_column = y if isinstance(y, str) else None
         if sample_weight is not None and not _is_lazy(sample_weight):
             import dask.array as da
 
@@ -733,9 +738,7 @@ class _BaseBPNN(BaseEstimator):
     def _held_out_on(self, client, X, y, weights=None):
         """Dask or file held-out data persisted on ``client``'s workers, checked."""
         if isinstance(X, (str, os.PathLike)):
-            from hmdspt.parallel.shards import frame_of
-
-            X = frame_of(X, y if isinstance(y, str) else None)
+            X, y = _lazy_path(X, y)
         if isinstance(y, str):
             X, y = X.drop(columns=[y]), X[y]
         n_features = len(X.columns) if _is_dask_frame(X) else (1 if X.ndim == 1 else X.shape[1])

@@ -154,10 +154,11 @@ def test_in_process_fits_compute_dask_input_and_read_files_here(frame, files):
     assert not hasattr(model, "training_report_") and list(model.classes_) == ["a", "b", "c"]
 
 
-def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files):
+def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files, tmp_path):
     path = files / "rows.parquet"
-    with pytest.raises(ValueError, match="not an .npz path: load its arrays first"):
-        BPNNClassifier(client=client, early_stopping=True).fit(files / "rows.npz", None)
+    np.savez(tmp_path / "unlabelled.npz", X=np.ones((10, 2)))
+    with pytest.raises(ValueError, match="no labels; name the label array as y"):
+        BPNNClassifier(client=client, early_stopping=True).fit(tmp_path / "unlabelled.npz", None)
     with pytest.raises(ValueError, match="target column 'nope' not found"):
         BPNNClassifier(client=client).fit(path, "nope")
     with pytest.raises(FileNotFoundError, match="no data files match .*nope-"):
@@ -177,7 +178,7 @@ def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:
 
 
 @pytest.mark.parametrize(
-    "name", ["dask DataFrame", "dask array", "parquet glob", "dask.dataframe.read_parquet"]
+    "name", ["dask DataFrame", "dask array", "parquet glob", "npz", "dask.dataframe.read_parquet"]
 )
 def test_early_stopping_holds_out_rows_on_the_workers_and_scores_them_there(
     client, frame, files, name
@@ -201,21 +202,24 @@ def test_early_stopping_holds_out_rows_on_the_workers_and_scores_them_there(
     held = held_out_rows(seed, 0, N_ROWS, model.validation_fraction)
     assert 0.05 < held.mean() < 0.15
     features = frame.drop(columns="label")
-    if name == "dask array":
+    if name in ("dask array", "npz"):
         features = features.to_numpy()
     expected = model.score(features[held], frame["label"][held])
     assert model.best_validation_score_ == pytest.approx(expected, abs=1e-9)
     assert _gone_from_the_workers(client)  # the persisted validation rows went with the fit
 
 
-@pytest.mark.parametrize("where", ["dask DataFrame", "parquet file"])
+@pytest.mark.parametrize("where", ["dask DataFrame", "parquet file", "npz"])
 def test_eval_set_of_dask_data_or_a_path_is_scored_on_the_workers(client, frame, files, where):
     ddf = dd.from_pandas(frame, npartitions=3)
     held = {
         "dask DataFrame": (ddf.drop(columns="label"), ddf["label"]),
         "parquet file": (files / "rows.parquet", "label"),
+        "npz": (files / "rows.npz", None),
     }[where]
     features = frame.drop(columns="label")
+    if where == "npz":
+        features = features.to_numpy()
     model = _fit(BPNNClassifier(client=client, **PARAMS), features, frame["label"], eval_set=held)
     assert model.eval_curve_, "no score of eval_set was recorded"
     scores = [score for _, score in model.eval_curve_]

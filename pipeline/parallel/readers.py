@@ -237,6 +237,21 @@ def _npz_shard(
     return Shard(X=X, y=y, row_ids=ids)
 
 
+def npz_member(path: str, key: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype of array ``key`` of an ``.npz`` file, from its header only."""
+    with zipfile.ZipFile(path) as zf, zf.open(f"{key}.npy") as f:
+        header = _npz_header(f)
+    if header is None:
+        raise ValueError(f"{path}: {key} has an unknown .npy format version")
+    return tuple(header[0]), np.dtype(header[2])
+
+
+def npz_part(path: str, x_key: str, y_key: str | None, start: int, stop: int, n_rows: int,
+             dtype: np.dtype) -> Shard:  # fmt: skip
+    """Rows ``start..stop`` of an ``.npz`` file (a block of :func:`shards.npz_arrays`)."""
+    return _npz_shard(path, x_key, y_key, np.arange(start, stop), n_rows, dtype)
+
+
 def _table_matrix(table: Any, features: Sequence[str], dtype: np.dtype) -> np.ndarray:
     """Numeric columns of a pyarrow table as one C-contiguous ``(n, n_features)`` array."""
     out = np.empty((table.num_rows, len(features)), dtype=dtype)

@@ -73,6 +73,8 @@ from hmdspt.parallel.readers import (
     _unique_target,
     empty_frame,
     frame_parts,
+    npz_member,
+    npz_part,
     read_frame_part,
     source_kind,
 )
@@ -992,3 +994,40 @@ def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
     parts = frame_parts(kind, path, meta)
     empty = empty_frame(kind, parts[0], columns)  # no rows read on the driver
     return dd.from_map(read_frame_part, parts, kind=kind, columns=columns, meta=empty)
+
+
+#: Rows of an ``.npz`` file in one block of :func:`npz_arrays`.
+NPZ_BLOCK_ROWS = 262_144
+
+
+def npz_arrays(
+    path: str | os.PathLike, y_key: str | None = None, *, x_key: str | None = None,
+    dtype: Any = np.float32,
+) -> tuple[Any, Any]:  # fmt: skip
+    """An ``.npz`` file's features and labels as Dask arrays whose blocks the workers read.
+
+    The file is read by :mod:`hmdspt.parallel.readers`' rule (keys, checks, messages);
+    only the members' headers are read here. Returns ``(X, y)``; ``y`` is None when the
+    file has no labels.
+    """
+    import dask
+    import dask.array as da
+
+    path, kind = source_kind(path, x_key)
+    if kind != "npz":
+        raise ValueError(f"{path}: not an .npz file")
+    meta = _npz_meta(path, x_key, y_key)
+    n, width, dtype = meta["n_rows"], meta["n_features"], np.dtype(dtype)
+    if n == 0:
+        raise ValueError(f"{path} has no rows")
+    y_shape, y_dtype = (None, None) if meta["y_key"] is None else npz_member(path, meta["y_key"])
+    xs, ys = [], []
+    for start in range(0, n, NPZ_BLOCK_ROWS):
+        stop = min(start + NPZ_BLOCK_ROWS, n)
+        part = dask.delayed(npz_part, pure=True)(
+            path, meta["x_key"], meta["y_key"], start, stop, n, dtype
+        )
+        xs.append(da.from_delayed(part.X, (stop - start, width), dtype))
+        if y_dtype is not None:
+            ys.append(da.from_delayed(part.y, (stop - start, *y_shape[1:]), y_dtype))
+    return da.concatenate(xs), (da.concatenate(ys) if ys else None)
