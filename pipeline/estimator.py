@@ -1668,6 +1668,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The updated estimator.
         """
         called_at = time.perf_counter()
+        if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
+            X, y = _read_in_process(X, y)
         if _check_partial_fit_first_call(self, classes):
             self._label_binarizer = LabelBinarizer()
             if type_of_target(y).startswith("multilabel"):

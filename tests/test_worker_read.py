@@ -363,6 +363,22 @@ def test_frame_of_reads_every_row_once_in_file_order(frame, files, name, monkeyp
     )
 
 
+def test_partial_fit_reads_a_path_or_computes_dask_input_in_process(frame, files):
+    features, labels = frame.drop(columns="label"), frame["label"]
+    ddf = dd.from_pandas(frame, npartitions=3)
+    weights = np.linspace(0, 2, N_ROWS)
+
+    def trained(X, y, **fit_params):
+        model = BPNNClassifier((8,), random_state=0, client=False)
+        return model.partial_fit(X, y, classes=["a", "b", "c"], **fit_params)
+
+    reference = trained(features, labels, sample_weight=weights)
+    for X, y in [(files / "rows.parquet", "label"), (ddf.drop(columns="label"), ddf["label"])]:
+        model = trained(X, y, sample_weight=da.from_array(weights, chunks=2500))
+        assert not hasattr(model, "training_report_")  # in-process, as partial_fit always is
+        np.testing.assert_allclose(model._model.params, reference._model.params, rtol=1e-6)
+
+
 def test_score_takes_a_path_as_fit_does(frame, files):
     features, labels = frame.drop(columns="label"), frame["label"]
     model = _fit(BPNNClassifier(client=False, **PARAMS), features, labels)
