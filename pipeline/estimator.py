@@ -284,11 +284,9 @@ def _prediction_width(estimator) -> int | None:
 
 
 def _lazy_path(path, y):
-    """A data file as Dask collections its blocks are read from, by staging's reader.
-
-    Parquet and CSV: a Dask DataFrame with the label column ``y`` (returned as is); an
-    ``.npz``: the Dask arrays ``(X, labels)`` (``y`` the label key, or its default).
-    """
+    """A data file as Dask ``(features, labels)`` whose blocks the workers read, by
+    staging's reader: parquet and CSV as a DataFrame and the Series of its label column
+    ``y``; an ``.npz`` as arrays (``y`` the label key, or its default)."""
     from hmdspt.parallel.readers import reader_kind
     from hmdspt.parallel.shards import frame_of, npz_arrays
 
@@ -299,15 +297,13 @@ def _lazy_path(path, y):
         return X, labels
     if not isinstance(y, str):
         raise ValueError(f"{os.fspath(path)}: name its label column as y")
-    return frame_of(path, y), y
+    frame = frame_of(path, y)
+    return frame.drop(columns=[y]), frame[y]
 
 
 def _score_of_path(estimator, path, y, sample_weight=None) -> float:
     """``estimator.score`` of the rows of a data file, as a float."""
-    X, labels = _lazy_path(path, y)
-    if isinstance(labels, str):
-        X, labels = X.drop(columns=[labels]), X[labels]
-    return float(estimator.score(X, labels, sample_weight=sample_weight))
+    return float(estimator.score(*_lazy_path(path, y), sample_weight=sample_weight))
 
 
 def _persisted(client, parts: list) -> list:
@@ -636,7 +632,7 @@ class _BaseBPNN(BaseEstimator):
         if isinstance(X, (str, os.PathLike)) and (self.early_stopping or sample_weight is not None):
             # Its rows split or weighted as a Dask collection's, read by the same reader.
             X, y = _lazy_path(X, y)
-            label_column = y if isinstance(y, str) else None
+            label_column = None
         if sample_weight is not None and not _is_lazy(sample_weight):
             import dask.array as da
 
@@ -739,7 +735,7 @@ class _BaseBPNN(BaseEstimator):
         """Dask or file held-out data persisted on ``client``'s workers, checked."""
         if isinstance(X, (str, os.PathLike)):
             X, y = _lazy_path(X, y)
-        if isinstance(y, str):
+        elif isinstance(y, str):  # the label column of a Dask DataFrame
             X, y = X.drop(columns=[y]), X[y]
         n_features = len(X.columns) if _is_dask_frame(X) else (1 if X.ndim == 1 else X.shape[1])
         if n_features != self.n_features_in_:

@@ -477,12 +477,14 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
-    if glob.has_magic(path):
-        matched = sorted(glob.glob(path))
-        if not matched:
+    if glob.has_magic(path):  # the folder of the files the glob matches
+        source = sorted(glob.glob(path))
+        if not source:
             raise FileNotFoundError(f"no data files match {path}")
+    else:
+        source = path
     try:
-        dataset = pads.dataset(matched if glob.has_magic(path) else path, format="parquet")
+        dataset = pads.dataset(source, format="parquet")
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"cannot read {path} as parquet: {_first_line(exc)}") from None
     files = list(dataset.files)
