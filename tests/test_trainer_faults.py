@@ -28,6 +28,7 @@ from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
+from hmdspt.parallel.worker import set_slowdown
 
 pytestmark = pytest.mark.heavy
 
@@ -288,6 +289,11 @@ def test_fewer_rows_than_workers_still_takes_in_a_joining_worker(tmp_path):
         ) as cluster,
         Client(cluster) as client,
     ):
+        # Two rows go to the two fastest workers: the first two are slowed down (emulated)
+        # so that the joining one is the fastest whatever else the machine runs. Unslowed,
+        # a loaded machine's timings of one-row rounds ranked it last in one run of three.
+        for address in cluster.scheduler.workers:
+            set_slowdown(client, address, 30.0)
         config = _config(log, rounds_per_epoch=2)
         trainer = _ScalesAfterTheMembershipCheck(
             client, _model(), _ADAM, 128, config, cluster=cluster, scale_in_round=3
@@ -297,7 +303,8 @@ def test_fewer_rows_than_workers_still_takes_in_a_joining_worker(tmp_path):
     assert events[-1]["status"] == "completed"
     assert [e["round"] for e in events if e["event"] == "worker_joined"] == [4]
     last = [e for e in events if e["event"] == "partition"][-1]
-    assert len(last["rows"]) == 3 and sorted(last["rows"].values()) == [0, 1, 1]
+    assert len(last["rows"]) == 3 and last["rows"]["2"] == 1, last
+    assert sorted(last["rows"].values()) == [0, 1, 1], last
     for epoch, seen in trainer.rows_seen.items():
         assert (seen == 1).all(), f"epoch {epoch}: {seen}"
 

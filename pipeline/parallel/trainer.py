@@ -146,6 +146,18 @@ def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
     return ramp + list(range(rounds_per_epoch, 0, -1))
 
 
+def _raised_by_an_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a ``KeyboardInterrupt`` was being handled."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
 def _in_fit_span(fit: Callable) -> Callable:
     """Run ``fit`` in one ``distributed.span``: the Dask dashboard groups its tasks."""
 
@@ -573,6 +585,11 @@ class Trainer:
             status, reason = "stopped", "interrupted (KeyboardInterrupt)"
             raise
         except Exception as exc:
+            if _raised_by_an_interrupt(exc):
+                # A Ctrl-C that lands inside a lock's wait surfaces as the lock's own
+                # error ("release unlocked lock"): it is still the user's interrupt.
+                status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+                raise KeyboardInterrupt from exc
             reason = f"{type(exc).__name__}: {exc}"
             if self.client.status != "running":
                 # Whatever failed first, the cause is the lost scheduler: say so.
