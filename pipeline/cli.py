@@ -532,7 +532,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from hmdspt.compare import format_table, plot, run_comparison, why_one_process_won
     from hmdspt.parallel.client import scheduler_workers
-    from hmdspt.parallel.pools import BATCH_SYSTEMS
+    from hmdspt.parallel.cluster_options import BATCH_SYSTEMS
 
     params = dict(
         hidden_layer_sizes=args.hidden, max_iter=args.epochs, batch_size=256, random_state=args.seed
@@ -566,6 +566,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_dry_run(args: argparse.Namespace) -> int:
+    """``hmdspt cluster``: :func:`hmdspt.parallel.pools.cmd_cluster_dry_run` (imported when
+    run, so that building the parser imports no Dask)."""
+    from hmdspt.parallel.pools import cmd_cluster_dry_run
+
+    return cmd_cluster_dry_run(args)
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     from hmdspt.app.cli import monitor_main
 
@@ -585,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     from hmdspt import __version__
     from hmdspt.core.config import TrainerConfig
     from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
-    from hmdspt.parallel.pools import add_cluster_arguments, cmd_cluster_dry_run
+    from hmdspt.parallel.cluster_options import add_cluster_arguments
     from hmdspt.parallel.readers import SUFFIX_READERS
 
     # The round loop's options: TrainerConfig's defaults, the registries' choices, as the
@@ -738,7 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="print the job scripts without submitting anything",
     )
-    cluster.set_defaults(func=cmd_cluster_dry_run)
+    cluster.set_defaults(func=_cluster_dry_run)
 
     monitor = sub.add_parser("monitor", help="serve the Panel monitoring app for run logs")
     monitor.add_argument(

@@ -48,6 +48,13 @@ import dask
 from dask.utils import format_bytes, parse_bytes
 from distributed.deploy.adaptive import Adaptive
 
+from hmdspt.parallel.cluster_options import (
+    BATCH_SYSTEMS,
+    CLUSTER_KINDS,
+    JOBQUEUE_KINDS,
+    add_cluster_arguments,
+)
+
 __all__ = [
     "BATCH_SYSTEMS",
     "CLUSTER_KINDS",
@@ -68,12 +75,6 @@ __all__ = [
     "start_pools",
 ]
 
-#: Batch systems, whose workers run on machines of their own.
-BATCH_SYSTEMS = ("slurm", "pbs", "sge", "lsf")
-#: What a pools cluster can run on ("local" runs jobs as local processes).
-JOBQUEUE_KINDS = (*BATCH_SYSTEMS, "local")
-#: Values of ``--cluster``.
-CLUSTER_KINDS = ("local", *BATCH_SYSTEMS)
 
 _POOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _PLACEHOLDER_SCHEDULER = "tcp://<scheduler-address>:8786"
@@ -1101,24 +1102,6 @@ def load_cluster_config(path: str | Path | None = None, kind: str | None = None)
 
 
 # ----------------------------------------------------------------------- command line
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--cluster {local,slurm,pbs,sge,lsf}`` and ``--cluster-config FILE``."""
-    parser.add_argument(
-        "--cluster",
-        choices=CLUSTER_KINDS,
-        default=None,
-        help="where the workers run: local (default; emulated speeds, or the pools of "
-        "--cluster-config as local processes) or a batch system through dask-jobqueue",
-    )
-    parser.add_argument(
-        "--cluster-config",
-        metavar="FILE",
-        default=None,
-        help="YAML pools file (worker pools and common job settings; see "
-        "examples/pools.yaml); unset settings come from Dask's jobqueue.<kind> config",
-    )
-
-
 def _config_from_args(args: argparse.Namespace) -> ClusterConfig:
     return load_cluster_config(
         getattr(args, "cluster_config", None), getattr(args, "cluster", None)

@@ -24,12 +24,14 @@ import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from hmdspt.core.shard import Shard, _as_features, _shard_ids, _sorted_order, _unsort
+
+if TYPE_CHECKING:  # pandas is imported where a file is read: `hmdspt --help` needs none
+    import pandas as pd
 
 __all__ = ["NPZ_KEY_PAIRS", "SUFFIX_READERS", "FileData", "read_file", "reader_kind", "source_kind"]
 
@@ -140,6 +142,8 @@ def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str) -> None:
 
 
 def _is_numeric_dtype(dtype: Any) -> bool:
+    import pandas as pd
+
     return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
 
 
@@ -375,6 +379,8 @@ def _csv_shard(
     columns = [*features, target] if target is not None else list(features)
 
     def chunks():
+        import pandas as pd
+
         reader = pd.read_csv(
             path, usecols=columns, dtype={c: dtype for c in features}, chunksize=chunksize
         )
@@ -511,6 +517,8 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
 
 def _csv_meta(path: str, target: str | None) -> dict[str, Any]:
     """Columns and row count of a CSV file, read in chunks (never the whole file at once)."""
+    import pandas as pd
+
     _check_file(path)
     try:
         peek = pd.read_csv(path, nrows=1000)
@@ -547,6 +555,8 @@ def frame_parts(kind: str, path: str, meta: Mapping[str, Any]) -> list[tuple]:
 
 def read_frame_part(part: tuple, kind: str, columns: Sequence[str]) -> pd.DataFrame:
     """One partition of :func:`frame_parts` as a data frame of ``columns``, in file order."""
+    import pandas as pd
+
     path, start, stop = part
     if kind == "parquet":
         import pyarrow.parquet as pq
