@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hmdspt.core.runlog import read_events
+
 pytestmark = pytest.mark.heavy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,11 +75,17 @@ def test_readme_python_example_runs(tmp_path):
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", result.stdout).group(1))
     assert accuracy > 0.9
     # The cluster example's rows follow the speeds it measured: each worker's share of the
-    # rows within 25 % of its share of the measured speed.
+    # rows within 25 % of its share of the measured speed, as the run log has both at the
+    # last partition. (The report's final speeds are measured after it: on this 2-core host
+    # they moved by up to 30 % in a fit too short for a re-balance to pay.)
     report = re.findall(r"(worker-\d): (\d+) rows, ([\d,]+) rows/s", result.stdout)
     assert sorted(name for name, _, _ in report) == ["worker-0", "worker-1", "worker-2"]
-    rows = {name: int(n) for name, n, _ in report}
-    speeds = {name: float(s.replace(",", "")) for name, _, s in report}
+    events = read_events(tmp_path / "runs" / "fit.jsonl")
+    at = max(i for i, e in enumerate(events) if e["event"] == "partition")
+    # The speeds it was planned from: each worker's latest score before it.
+    speeds = {e["worker"]: e["score"] for e in events[:at] if e["event"] == "score"}
+    rows = events[at]["rows"]
+    assert rows == {name: int(n) for name, n, _ in report}, (rows, report)
     for name in rows:
         row_share = rows[name] / sum(rows.values())
         speed_share = speeds[name] / sum(speeds.values())

@@ -183,10 +183,12 @@ def test_ramp_length_brings_the_first_round_under_the_bound():
     assert ramp_length(1.3, 0.05, 3, 4) == 4  # capped
     assert ramp_length(0.3, 0.05, 1, 5) == 3  # 0.3 / 8 = 0.0375 s; 0.3 / 4 would be 0.075
     assert ramp_length(0.3, 0.05, 3, 5) == 3
-    assert ramp_length(0.05, 0.05, 3, 5) == 3  # short rounds keep the least ramp
-    assert ramp_length(0.05, 0.05, 0, 5) == 0  # and 0 turns it off
-    assert ramp_length(9.9, 0.05, 0, 5) == 0
-    for round_s in (0.07, 0.4, 0.8, 1.6):
+    # Rounds shorter than twice the bound get no ramp: its rounds would be all overhead.
+    assert ramp_length(0.1, 0.05, 3, 5) == 3
+    assert ramp_length(0.099, 0.05, 3, 5) == 0
+    assert ramp_length(0.002, 0.05, 3, 5) == 0
+    assert ramp_length(9.9, 0.05, 0, 5) == 0  # 0 turns it off
+    for round_s in (0.1, 0.4, 0.8, 1.6):
         k = ramp_length(round_s, 0.05, 1, 10)
         assert round_s / 2**k <= 0.05 < round_s / 2 ** (k - 1)
     with pytest.raises(ValueError, match="first_round_s"):

@@ -85,18 +85,21 @@ __all__ = [
 def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
     """Ramp rounds before regular rounds of ``round_s`` seconds (see :class:`TrainerConfig`).
 
-    At least ``min_rounds`` (0: no ramp), more while the first ramp round, ``1 / 2**k`` of
-    a regular round, would be longer than ``first_round_s``, at most ``max_rounds``.
+    None when a regular round is shorter than ``2 * first_round_s``: its halves would be
+    shorter than a round's synchronisation allows, so a ramp costs time and buys nothing
+    (docs/design.md, "Round loop"). Otherwise at least ``min_rounds`` (0: no ramp), more
+    while the first ramp round, ``1 / 2**k`` of a regular round, would be longer than
+    ``first_round_s``, at most ``max_rounds``.
 
-    >>> ramp_length(1.3, 0.05, 3, 5), ramp_length(0.3, 0.05, 3, 5), ramp_length(0.04, 0.05, 3, 5)
-    (5, 3, 3)
+    >>> ramp_length(1.3, 0.05, 3, 5), ramp_length(0.3, 0.05, 3, 5), ramp_length(0.09, 0.05, 3, 5)
+    (5, 3, 0)
     """
     if not (round_s >= 0 and first_round_s > 0 and 0 <= min_rounds <= max_rounds):
         raise ValueError(
             f"need round_s >= 0, first_round_s > 0 and 0 <= min_rounds <= max_rounds, got "
             f"{round_s}, {first_round_s}, {min_rounds}, {max_rounds}"
         )
-    if min_rounds == 0:
+    if min_rounds == 0 or round_s < 2 * first_round_s:
         return 0
     needed = math.ceil(math.log2(round_s / first_round_s)) if round_s > first_round_s else 0
     return min(max_rounds, max(min_rounds, needed))
