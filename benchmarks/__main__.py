@@ -37,6 +37,23 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "training-testbed": ("benchmarks.bench_training", ("--cluster", "testbed")),
     "training": "benchmarks.bench_training",  # emulated
     "ablation": "benchmarks.bench_ablation",
+    # The start-up mechanisms on four problem sizes (issue 17, point 4); its own chart.
+    "ablation-startup": (
+        "benchmarks.bench_ablation",
+        (
+            "--variants",
+            "startup",
+            "--jobs",
+            "digits",
+            "embedded",
+            "har-windows",
+            "kddcup99",
+            "--repeats",
+            "3",
+            "--out",
+            "benchmarks/out/startup",
+        ),
+    ),
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",

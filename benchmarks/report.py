@@ -394,6 +394,13 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                     ),
                 ),
             ),
+            Part(
+                "ablation-startup",
+                "Start-up: probe, warm start and ramp at four problem sizes",
+                "Digits, the embedded default, the activity windows and KDD Cup 99 on "
+                "`local_cluster(speeds=(4, 2, 1))` (heterogeneity emulated): seconds from the "
+                "fit call to the target, with each start-up mechanism switched off in turn.",
+            ),
         ),
     ),
     (
