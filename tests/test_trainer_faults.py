@@ -291,7 +291,7 @@ def test_fewer_rows_than_workers_still_takes_in_a_joining_worker(tmp_path):
     ):
         # Two rows go to the two fastest workers: the first two are slowed down (emulated)
         # so that the joining one is the fastest whatever else the machine runs. Unslowed,
-        # a loaded machine's timings of one-row rounds ranked it last in one run of three.
+        # a loaded machine's timings of one-row rounds ranked it last in 3 of 13 runs.
         for address in cluster.scheduler.workers:
             set_slowdown(client, address, 30.0)
         config = _config(log, rounds_per_epoch=2)

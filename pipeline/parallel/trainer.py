@@ -85,7 +85,7 @@ __all__ = [
 def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
     """Ramp rounds before regular rounds of ``round_s`` seconds (see :class:`TrainerConfig`).
 
-    None when a regular round is shorter than ``2 * first_round_s``: its halves would be
+    No ramp (0) when a regular round is shorter than ``2 * first_round_s``: its halves would be
     shorter than a round's synchronisation allows, so a ramp costs time and buys nothing
     (docs/design.md, "Round loop"). Otherwise at least ``min_rounds`` (0: no ramp), more
     while the first ramp round, ``1 / 2**k`` of a regular round, would be longer than
@@ -101,7 +101,7 @@ def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_round
         )
     if min_rounds == 0 or round_s < 2 * first_round_s:
         return 0
-    needed = math.ceil(math.log2(round_s / first_round_s)) if round_s > first_round_s else 0
+    needed = math.ceil(math.log2(round_s / first_round_s))
     return min(max_rounds, max(min_rounds, needed))
 
 
@@ -147,6 +147,10 @@ def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
         )
     ramp = [rounds_per_epoch * 2**k for k in range(ramp_rounds, 0, -1)]
     return ramp + list(range(rounds_per_epoch, 0, -1))
+
+
+#: The run_end reason of a fit the user interrupted.
+_INTERRUPTED = "interrupted (KeyboardInterrupt)"
 
 
 def _raised_by_an_interrupt(exc: BaseException) -> bool:
@@ -585,13 +589,13 @@ class Trainer:
             status = "completed"
             return self.history
         except KeyboardInterrupt:
-            status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+            status, reason = "stopped", _INTERRUPTED
             raise
         except Exception as exc:
             if _raised_by_an_interrupt(exc):
                 # A Ctrl-C that lands inside a lock's wait surfaces as the lock's own
                 # error ("release unlocked lock"): it is still the user's interrupt.
-                status, reason = "stopped", "interrupted (KeyboardInterrupt)"
+                status, reason = "stopped", _INTERRUPTED
                 raise KeyboardInterrupt from exc
             reason = f"{type(exc).__name__}: {exc}"
             if self.client.status != "running":
