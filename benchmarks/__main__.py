@@ -54,6 +54,7 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
             "benchmarks/out/startup",
         ),
     ),
+    "worth": "benchmarks.bench_worth",  # issue 17's checks; emulated (--cluster testbed too)
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",

@@ -395,6 +395,15 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 ),
             ),
             Part(
+                "worth",
+                "Is the cluster worth using? Issue 17's checks per mix and problem size",
+                "Digits, the activity windows, KDD Cup 99 with MLP 41-64-32-5 and "
+                "41-256-128-5 and the embedded default on `local_cluster(speeds=...)` at 4:2:1 "
+                "and 8:2:1 (heterogeneity emulated): HMDSPT beside local averaging and bsp on "
+                "equal shares; its row shares against the measured speeds, its predicted "
+                "against its measured efficiency, and the seconds from `fit()` to the target.",
+            ),
+            Part(
                 "ablation-startup",
                 "Start-up: probe, warm start and ramp at four problem sizes",
                 "Digits, the embedded default, the activity windows and KDD Cup 99 on "
