@@ -54,7 +54,8 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
             "benchmarks/out/startup",
         ),
     ),
-    "worth": "benchmarks.bench_worth",  # issue 17's checks; emulated (--cluster testbed too)
+    "worth": "benchmarks.bench_worth",  # issue 17's checks, emulated
+    "worth-testbed": ("benchmarks.bench_worth", ("--cluster", "testbed")),  # needs root
     "faults": "benchmarks.bench_faults",
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",

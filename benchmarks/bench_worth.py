@@ -117,7 +117,7 @@ def prediction_check(events: list[dict]) -> dict:
     predicted (its epoch on)."""
     predictions = [e for e in events if e.get("event") == "prediction"]
     if not predictions:
-        return {"predicted": None, "speedup": None, "measured": None}
+        return {"predicted": None, "speedup": None, "measured": None, "sync_s": None}
     p = predictions[-1]
     later = [e for e in events if e.get("event") != "round" or e["epoch"] >= p["epoch"]]
     return {
@@ -125,6 +125,8 @@ def prediction_check(events: list[dict]) -> dict:
         "speedup": p["speedup"],
         "measured": summarize(later)["efficiency"],
         "from_epoch": p["epoch"],
+        "sync_s": p.get("sync_s"),
+        "rounds_per_epoch": p.get("rounds_per_epoch"),
     }
 
 
@@ -184,12 +186,15 @@ def _secs(value: float | None) -> str:
 def print_line(job: str, j: dict) -> None:
     t, c = j["to_target"], j["checks"]
     bsp = _secs(t["bsp-equal"]) if j["bsp_reached"] else "> box"
+    sync = "-" if j["sync_s"] is None else f"{1000 * j['sync_s']:.0f}"
+    rounds = j.get("rounds_per_epoch") or "-"
     print(
-        f"{job:12s} {num(j['share_deviation']):>6s} {_mark(c['share']):>5s} "
-        f"{num(j['speedup']):>8s} {num(j['predicted']):>6s} {num(j['measured']):>6s} "
-        f"{_mark(c['eff']):>4s} {_mark(c['pred']):>5s} "
-        f"{_secs(t['hmdspt']):>7s} {_secs(t['local-equal']):>7s} {bsp:>7s} {_mark(c['time']):>5s} "
-        f"{100 * (j['final']['hmdspt'] - j['final']['bpnn-in-process']):+8.2f}"
+        f"{job:12s} {num(j['share_deviation']):>9s} {_mark(c['share']):>8s} "
+        f"{num(j['speedup']):>8s} {sync:>7s} {rounds:>6} {num(j['predicted']):>8s} "
+        f"{num(j['measured']):>8s} {_mark(c['eff']):>6s} {_mark(c['pred']):>7s} "
+        f"{_secs(t['hmdspt']):>8s} {_secs(t['local-equal']):>8s} {bsp:>7s} "
+        f"{_mark(c['time']):>7s} "
+        f"{100 * (j['final']['hmdspt'] - j['final']['bpnn-in-process']):+7.2f}"
     )
 
 
@@ -210,7 +215,7 @@ def main(argv=None) -> list[dict]:
     # The trainer's one-line warning when a cluster is predicted slower: the table's
     # speed-up column says it for every run.
     warnings.filterwarnings(
-        "ignore", message="this cluster .* is predicted", category=RuntimeWarning
+        "ignore", message="this cluster.* is predicted", category=RuntimeWarning
     )
     header("is the cluster worth using? issue 17's checks per speed mix and problem size")
     data = {}
@@ -264,15 +269,17 @@ def main(argv=None) -> list[dict]:
 def _print_table(judged: dict[str, dict]) -> None:
     print(
         "share dev: largest |row share / speed share - 1| in the last round (<= 0.25); "
-        "speed-up: predicted over one process on the fastest worker (>= 1: worth it); "
+        "speed-up: predicted over one process on the fastest worker (>= 1: worth it), "
+        "from the synchronisation measured per round (sync ms) and the rounds per epoch; "
         "eff pred / meas: parallel efficiency predicted after epoch 1 and measured from "
         "then on (>= 0.85 where worth it; within 0.1); s to target from fit(); "
-        "acc: HMDSPT's final accuracy minus the in-process fit's, points"
+        "acc pts: HMDSPT's final accuracy minus the in-process fit's, points; "
+        "local= / bsp=: local averaging / bsp on equal shares"
     )
     print(
-        f"{'job':12s} {'share':>6s} {'ok':>5s} {'speed-up':>8s} {'pred':>6s} {'meas':>6s} "
-        f"{'eff':>4s} {'pred':>5s} {'hmdspt':>7s} {'local=':>7s} {'bsp=':>7s} {'time':>5s} "
-        f"{'acc':>8s}"
+        f"{'job':12s} {'share dev':>9s} {'share ok':>8s} {'speed-up':>8s} {'sync ms':>7s} "
+        f"{'rounds':>6s} {'eff pred':>8s} {'eff meas':>8s} {'eff ok':>6s} {'pred ok':>7s} "
+        f"{'s hmdspt':>8s} {'s local=':>8s} {'s bsp=':>7s} {'time ok':>7s} {'acc pts':>7s}"
     )
     for job, j in judged.items():
         print_line(job, j)

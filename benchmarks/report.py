@@ -404,6 +404,12 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "against its measured efficiency, and the seconds from `fit()` to the target.",
             ),
             Part(
+                "worth-testbed",
+                "The same checks on the testbed",
+                "The same jobs and checks on the OS-enforced testbed: each speed mix as CPU "
+                "quotas the kernel enforces (the mapping printed), CFS period 100 ms.",
+            ),
+            Part(
                 "ablation-startup",
                 "Start-up: probe, warm start and ramp at four problem sizes",
                 "Digits, the embedded default, the activity windows and KDD Cup 99 on "
