@@ -96,13 +96,8 @@ def share_deviation(events: list[dict]) -> tuple[float | None, dict, dict]:
     if not rounds:
         return None, {}, {}
     regular = [e for e in rounds if e["epoch"] >= 2] or rounds
-    rows: dict[str, float] = {}
-    busy: dict[str, float] = {}
-    for e in regular:
-        for name, w in e["workers"].items():
-            rows[name] = rows.get(name, 0.0) + w["rows"]
-            busy[name] = busy.get(name, 0.0) + w["busy_s"]
-    speeds = {n: rows[n] / busy[n] for n in rows if busy[n] > 0}
+    workers = summarize(regular)["workers"]  # mean_speed: Σ rows / Σ busy
+    speeds = {n: w["mean_speed"] for n, w in workers.items() if w["mean_speed"]}
     last = {n: w["rows"] for n, w in rounds[-1]["workers"].items() if n in speeds}
     if not last or not sum(last.values()):
         return None, speeds, last
