@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,7 @@ STRATEGIES = ["hmdspt", "local-equal", "bsp-equal"]
 class Job:
     """A data set and the ``BPNNClassifier`` parameters every run of it shares."""
 
-    load: object
+    load: Callable[[], tuple]
     hidden: tuple[int, ...]
     epochs: int
     batch_size: int
