@@ -239,17 +239,20 @@ class DataFiles:
     arrays: dict[str, np.ndarray]
 
 
-def prepare_data(directory: Path, train_rows: int | None, seed: int = 0) -> DataFiles:
+def prepare_data(
+    directory: Path, train_rows: int | None, seed: int = 0, samples: int = 200_000
+) -> DataFiles:
     """The embedded default data set, standardized, written to ``data.npz`` (and Parquet).
 
-    ``train_rows`` keeps a random subset of the training rows (and a quarter as many
-    test rows); None keeps them all.
+    ``samples`` is the generator's size (80 % train, 20 % test; the embedded default has
+    200,000); ``train_rows`` keeps a random subset of the training rows (and a quarter as
+    many test rows); None keeps them all.
     """
     from sklearn.preprocessing import StandardScaler
 
     from hmdspt.cli import load_default_dataset
 
-    X_train, X_test, y_train, y_test = load_default_dataset(seed)
+    X_train, X_test, y_train, y_test = load_default_dataset(seed, n_samples=samples)
     if train_rows is not None and train_rows < len(y_train):
         rng = np.random.default_rng(seed)
         keep = np.sort(rng.choice(len(y_train), train_rows, replace=False))
@@ -755,6 +758,8 @@ class Settings:
     link_mbit: float | None
     quota_seconds: float
     ceiling_seconds: float
+    samples: int = 200_000
+    period_ms: float = 100.0
 
 
 def _quota_lines(tb: Testbed, settings: Settings) -> list[str]:
@@ -882,12 +887,13 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
     runs: list[PeerRun] = []
     spark_note = ""
     target = 0.0
-    with Testbed(settings.cores, link_mbit=settings.link_mbit) as tb:
+    with Testbed(settings.cores, link_mbit=settings.link_mbit, period_ms=settings.period_ms) as tb:
         work = tb.tmpdir / "peers"
         work.mkdir()
-        data = prepare_data(work / "data", settings.train_rows)
+        data = prepare_data(work / "data", settings.train_rows, samples=settings.samples)
         print(
-            f"data: embedded default (hmdspt.cli), standardized; {data.n_train} train / "
+            f"data: embedded default (hmdspt.cli) drawn at {settings.samples:,} rows, "
+            f"standardized; {data.n_train} train / "
             f"{data.n_test} test rows, {data.n_features} features, {data.n_classes} classes; "
             f"the curves score {data.n_curve} held-out rows, final accuracies all test rows"
         )
@@ -965,6 +971,19 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
     )
     parser.add_argument("--runs", type=int, default=None, help="runs per system (default 3)")
     parser.add_argument(
+        "--epochs", type=int, default=None, help="epochs per fit (default 8; --quick 2)"
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=200_000,
+        help="rows the embedded default's generator draws, 80 %% of them for training "
+        "(default 200,000: the embedded default)",
+    )
+    parser.add_argument(
+        "--period-ms", type=float, default=100.0, help="the testbed's CFS period (default 100)"
+    )
+    parser.add_argument(
         "--systems",
         default="inproc,hmdspt,ddp,spark",
         help="comma-separated subset of inproc,hmdspt,ddp,spark (inproc sets the target)",
@@ -982,7 +1001,7 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
     iters = "2,5" if args.quick else "10,20,40"
     return Settings(
         runs=args.runs or (1 if args.quick else 3),
-        epochs=2 if args.quick else 8,
+        epochs=args.epochs or (2 if args.quick else 8),
         train_rows=20_000 if args.quick else None,
         spark=SparkPlan(
             lbfgs_iters=_ints(args.lbfgs_iters or iters),
@@ -995,6 +1014,8 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
         link_mbit=args.link_mbit,
         quota_seconds=1.0 if args.quick else 2.0,
         ceiling_seconds=1.5 if args.quick else 3.0,
+        samples=args.samples,
+        period_ms=args.period_ms,
     )
 
 
