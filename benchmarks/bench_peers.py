@@ -760,6 +760,7 @@ class Settings:
     ceiling_seconds: float
     samples: int = 200_000
     period_ms: float = 100.0
+    pin: bool = False
 
 
 def _quota_lines(tb: Testbed, settings: Settings) -> list[str]:
@@ -887,7 +888,12 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
     runs: list[PeerRun] = []
     spark_note = ""
     target = 0.0
-    with Testbed(settings.cores, link_mbit=settings.link_mbit, period_ms=settings.period_ms) as tb:
+    with Testbed(
+        settings.cores,
+        link_mbit=settings.link_mbit,
+        period_ms=settings.period_ms,
+        pin=settings.pin,
+    ) as tb:
         work = tb.tmpdir / "peers"
         work.mkdir()
         data = prepare_data(work / "data", settings.train_rows, samples=settings.samples)
@@ -904,9 +910,14 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
         links = "loopback, unshaped"
         if settings.link_mbit is not None:
             links = f"tbf {settings.link_mbit:g} Mbit/s each way"
+        pinned = "every slot on every CPU"
+        if tb.cpus is not None:
+            pinned = "pinned: " + ", ".join(
+                f"{s.name} on CPU {c}" for s, c in zip(tb.slots, tb.cpus, strict=True)
+            )
         print(
-            f"testbed: {', '.join(s.name for s in tb.slots)}; CFS period {tb.period_ms:g} "
-            f"ms; links {links}"
+            f"testbed: {', '.join(s.name for s in tb.slots)}; {pinned}; CFS period "
+            f"{tb.period_ms:g} ms; links {links}"
         )
         for line in _quota_lines(tb, settings):
             print(line)
@@ -984,6 +995,11 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
         "--period-ms", type=float, default=100.0, help="the testbed's CFS period (default 100)"
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin each slot to CPUs of its own, as separate machines (Testbed(pin=True))",
+    )
+    parser.add_argument(
         "--systems",
         default="inproc,hmdspt,ddp,spark",
         help="comma-separated subset of inproc,hmdspt,ddp,spark (inproc sets the target)",
@@ -1016,6 +1032,7 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
         ceiling_seconds=1.5 if args.quick else 3.0,
         samples=args.samples,
         period_ms=args.period_ms,
+        pin=args.pin,
     )
 
 

@@ -141,6 +141,23 @@ class Slot:
     netns_link: str | None = None
 
 
+def pin_slots(cores: Sequence[float], n_cpus: int) -> list[int]:
+    """The CPU of each slot: the largest quotas first, each on the CPU with most room left.
+
+    Examples
+    --------
+    >>> pin_slots((1.0, 0.5, 0.25), 2)
+    [0, 1, 1]
+    """
+    room = [1.0] * max(int(n_cpus), 1)
+    cpus = [0] * len(cores)
+    for i in sorted(range(len(cores)), key=lambda i: -cores[i]):
+        cpu = max(range(len(room)), key=lambda c: (room[c], -c))
+        cpus[i] = cpu
+        room[cpu] -= cores[i]
+    return cpus
+
+
 def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(list(argv), capture_output=True, text=True)
     if check and proc.returncode != 0:
@@ -228,6 +245,12 @@ class Testbed:
     reserve : bool, default=True
         Give the testbed's groups a high CPU weight (``cpu.shares``) so that, on a machine
         busy with other work, each slot still gets its quota (the quota caps it).
+    pin : bool, default=False
+        Pin each slot's processes to CPUs of their own (:func:`pin_slots`: the largest
+        quotas first, each on the CPU with the most quota left), as separate machines
+        would be: a throttled slot's bursts then take nothing from the fastest slot. The
+        driver and the scheduler stay unpinned. False: every slot may run on every CPU,
+        so slots whose quotas add up past the host's cores compete within a period.
 
     Attributes
     ----------
@@ -251,6 +274,7 @@ class Testbed:
         prefix: str = "hmdspt-tb",
         blas_threads: int = 1,
         reserve: bool = True,
+        pin: bool = False,
     ) -> None:
         cores = tuple(float(c) for c in cores)
         if not cores or not all(c > 0 for c in cores):
@@ -280,6 +304,7 @@ class Testbed:
         self.prefix = prefix
         self.blas_threads = int(blas_threads)
         self.reserve = bool(reserve)
+        self.cpus: list[int] | None = pin_slots(cores, os.cpu_count() or 1) if pin else None
         pid, n = os.getpid(), next(_COUNTER)
         self.instance = f"{prefix}-{pid}-{n}"
         self._tag = f"t{pid:x}x{n:x}"  # interface names: at most 15 characters
@@ -446,6 +471,8 @@ class Testbed:
             command = list(argv)
             if slot is not None:
                 enter_netns = ["nsenter", f"--net={NETNS_DIR / slot.netns}"] if slot.netns else []
+                if self.cpus is not None:
+                    command = ["taskset", "-c", str(self.cpus[slot.index]), *command]
                 command = [
                     "sh",
                     "-c",
