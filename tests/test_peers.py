@@ -182,8 +182,12 @@ def test_settings_default_to_the_issue_and_quick_is_small():
     assert (full.runs, full.epochs, full.train_rows) == (3, 8, None)
     assert full.systems == {"inproc", "hmdspt", "ddp", "spark"}
     assert full.cores == (1.0, 0.5, 0.25)
+    assert (full.samples, full.period_ms, full.pin) == (200_000, 100.0, False)
     quick = bp.settings_from(["--quick"])
     assert (quick.runs, quick.epochs, quick.train_rows) == (1, 2, 20_000)
+    # Issue 17's larger job: the same generator at 2,000,000 rows (1,600,000 to train).
+    big = bp.settings_from(["--samples", "2000000", "--epochs", "3", "--period-ms", "10", "--pin"])
+    assert (big.samples, big.epochs, big.period_ms, big.pin) == (2_000_000, 3, 10.0, True)
 
 
 def test_settings_name_an_unknown_system(capsys):
@@ -195,7 +199,8 @@ def test_settings_name_an_unknown_system(capsys):
 def test_data_files_hold_the_same_rows_for_every_peer(tmp_path):
     import pyarrow.parquet as pq
 
-    data = bp.prepare_data(tmp_path, train_rows=2_000)
+    # samples: the embedded default's generator at another size (80 % of it to train).
+    data = bp.prepare_data(tmp_path, train_rows=2_000, samples=20_000)
     assert (data.n_train, data.n_test, data.n_features, data.n_classes) == (2_000, 500, 40, 10)
     with np.load(data.npz) as npz:
         assert npz["X_train"].dtype == np.float32

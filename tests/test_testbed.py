@@ -197,6 +197,28 @@ def test_cleanup_stale_removes_a_killed_run_and_spares_a_live_one():
     assert_nothing_left(live.instance, [])
 
 
+def test_pinned_slots_take_the_largest_quotas_first_each_on_the_cpu_with_most_room():
+    assert testbed.pin_slots((1.0, 0.5, 0.25), 2) == [0, 1, 1]
+    assert testbed.pin_slots((0.25, 1.0, 0.5), 2) == [1, 0, 1]  # by quota, not by position
+    assert testbed.pin_slots((0.4,) * 4, 2) == [0, 1, 0, 1]
+    assert testbed.pin_slots((1.0, 1.0, 1.0), 2) == [0, 1, 0]  # more cores than CPUs: shared
+    assert testbed.pin_slots((0.5, 0.5), 1) == [0, 0]
+
+
+def test_a_pinned_slots_processes_run_on_its_cpu_only():
+    require_testbed()
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("pinning to CPUs of their own needs two CPUs")
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    with testbed.Testbed((1.0, 0.5), prefix=PREFIX, pin=True) as tb:
+        assert tb.cpus == [0, 1]
+        for slot, cpu in zip(tb.slots, tb.cpus, strict=True):
+            proc = tb.popen(slot, [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            out, _ = proc.communicate(timeout=60)
+            assert out.strip() == f"[{cpu}]", (slot.name, out)
+        assert testbed.Testbed((1.0,)).cpus is None  # unpinned unless asked
+
+
 def test_bad_testbed_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match="below the kernel's least quota of 1 ms"):
         testbed.Testbed((0.05,), period_ms=10.0)
