@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hmdspt.cli import DEFAULT_SAMPLES
 from hmdspt.compare import RunResult, held_out_sample, log_figures
 
 from .testbed import LABEL, Testbed, unavailable_reason
@@ -240,7 +241,7 @@ class DataFiles:
 
 
 def prepare_data(
-    directory: Path, train_rows: int | None, seed: int = 0, samples: int = 200_000
+    directory: Path, train_rows: int | None, seed: int = 0, samples: int = DEFAULT_SAMPLES
 ) -> DataFiles:
     """The embedded default data set, standardized, written to ``data.npz`` (and Parquet).
 
@@ -758,7 +759,7 @@ class Settings:
     link_mbit: float | None
     quota_seconds: float
     ceiling_seconds: float
-    samples: int = 200_000
+    samples: int = DEFAULT_SAMPLES
     period_ms: float = 100.0
     pin: bool = False
 
@@ -987,7 +988,7 @@ def settings_from(argv: Sequence[str] | None) -> Settings:
     parser.add_argument(
         "--samples",
         type=int,
-        default=200_000,
+        default=DEFAULT_SAMPLES,
         help="rows the embedded default's generator draws, 80 %% of them for training "
         "(default 200,000: the embedded default)",
     )
