@@ -129,17 +129,20 @@ def fit_speeds(client, epochs: int, work: Path) -> tuple[dict, dict, int]:
     return shares, {n: rows[n] / busy[n] for n in rows if busy[n]}, per_epoch
 
 
-def measure(cores: tuple[float, ...], period_ms: float, epochs: int, repeats: int) -> None:
-    """One testbed of ``cores`` at ``period_ms``: ``repeats`` fits and their loops; a table."""
+def measure(
+    cores: tuple[float, ...], period_ms: float, epochs: int, repeats: int, pin: bool = False
+) -> None:
+    """One testbed of ``cores`` at ``period_ms``: ``repeats`` fits and their loops; a table
+    (``pin``: each slot on CPUs of its own, :func:`benchmarks.testbed.pin_slots`)."""
     from distributed import Client
 
     layer_sizes = (40, *HIDDEN, 10)
     mix = "/".join(f"{c:g}" for c in cores)
-    print(f"\n### {mix} core, CFS period {period_ms:g} ms")
+    print(f"\n### {mix} core, CFS period {period_ms:g} ms{', pinned' if pin else ''}")
     table: dict[str, dict[str, list[float]]] = {}
     with (
         tempfile.TemporaryDirectory() as tmp,
-        testbed.Testbed(cores, period_ms=period_ms, prefix="hmdspt-bench-loop") as tb,
+        testbed.Testbed(cores, period_ms=period_ms, prefix="hmdspt-bench-loop", pin=pin) as tb,
         Client(tb.start_dask(nthreads=1)) as client,
     ):
         by_name = {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
@@ -196,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--periods", default="100,10", help="CFS periods in ms")
     parser.add_argument("--epochs", type=int, default=4, help="epochs of each fit")
     parser.add_argument("--repeats", type=int, default=2, help="fits per testbed")
+    parser.add_argument(
+        "--pin", action="store_true", help="each slot on CPUs of its own (as separate machines)"
+    )
     args = parser.parse_args(argv)
     reason = testbed.unavailable_reason()
     if reason:
@@ -206,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     for period in (float(p) for p in args.periods.split(",")):
         for mix in args.mixes.split(";"):
-            measure(tuple(float(c) for c in mix.split(",")), period, args.epochs, args.repeats)
+            cores = tuple(float(c) for c in mix.split(","))
+            measure(cores, period, args.epochs, args.repeats, pin=args.pin)
 
 
 if __name__ == "__main__":
