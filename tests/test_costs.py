@@ -275,3 +275,22 @@ def test_in_the_readme_digits_case_the_model_keeps_the_slow_workers_speed():
     rows = history[-1]["w2"]
     assert rows / (fixed["w2"] + rows / speeds["w2"]) < 0.5 * speeds["w2"]
     assert model.speed("w2") == pytest.approx(speeds["w2"], rel=1e-2)  # the prior's pull
+
+
+@pytest.mark.parametrize("round_rows", [20_000, 60_000])
+def test_a_quota_throttled_worker_is_not_starved_by_the_waits_of_its_period(round_rows):
+    """A worker under a CPU quota computes at full speed until its budget is spent, then
+    waits out the period: most of its rounds end with a wait, some without. The wait is
+    not a cost of every round, so its share stays near its quota's at any round size
+    (fitted as a fixed cost it held the worker at one row once the round was short enough:
+    issue 17 saw a 0.25-core worker end a fit with 1 row)."""
+    full_speed = 600_000.0  # rows/s when not throttled, both workers
+    model = RoundCostModel()
+    for i in range(40):
+        for rows, waits in ((12_000, i % 3 != 0), (3_000, i % 4 != 0)):
+            model.observe("quarter core", rows, rows / full_speed + (0.075 if waits else 0.0))
+            model.observe("one core", 4 * rows, 4 * rows / full_speed)
+    assert model.fixed_s("quarter core") <= 3_000 / full_speed + 1e-12  # its shortest round
+    counts, _ = model.shares(round_rows)
+    # A quarter core next to a whole one: a fifth of the rows by quota; at least half that.
+    assert counts["quarter core"] >= 0.1 * round_rows, counts

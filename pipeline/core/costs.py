@@ -144,6 +144,9 @@ class WorkerCost:
     shifted : list of tuple
         Consecutive recent windows far off the fit on the same side (a candidate change
         of speed, see :class:`RoundCostModel`).
+    least_busy_s : float
+        The shortest busy time of any one round observed: no cost paid in every round can
+        be longer (inf before a round).
     """
 
     xtx: np.ndarray = field(default_factory=lambda: np.zeros((2, 2)))
@@ -155,6 +158,7 @@ class WorkerCost:
     n_windows: int = 0
     round_sizes: list[float] = field(default_factory=lambda: [math.inf, 0.0])
     shifted: list[tuple[float, float, float, int]] = field(default_factory=list)
+    least_busy_s: float = math.inf
 
 
 class RoundCostModel:
@@ -264,6 +268,7 @@ class RoundCostModel:
             )
         if not (busy_s > 0 and rows >= 0 and math.isfinite(busy_s) and math.isfinite(rows)):
             return
+        cost.least_busy_s = min(cost.least_busy_s, float(busy_s))
         window = cost.window
         window[0] += 1.0
         window[1] += float(rows)
@@ -397,6 +402,16 @@ class RoundCostModel:
             per_row = naive / MAX_SPEED_OVER_NAIVE
             if cost.xtx[0, 0] > 0:
                 fixed = max((cost.xty[0] - per_row * cost.xtx[0, 1]) / cost.xtx[0, 0], 0.0)
+        if fixed > cost.least_busy_s:
+            # A cost paid in every round cannot outlast the shortest round. A throttled
+            # worker (a CPU quota) that waits out its period in most rounds but not in all
+            # would otherwise read the wait as a fixed cost, and a share cut for it would
+            # only lengthen that reading: the positive feedback that starves a worker.
+            fixed = cost.least_busy_s
+            per_row = max(
+                (cost.xty[1] - fixed * cost.xtx[0, 1]) / cost.xtx[1, 1],
+                naive / MAX_SPEED_OVER_NAIVE,
+            )
         return float(fixed), float(per_row), float(sd)
 
     def speed(self, worker: Hashable) -> float:
