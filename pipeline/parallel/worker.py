@@ -1055,7 +1055,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     first_row = int(shard.row_ids[0]) if len(shard) else 0
     rng = np.random.default_rng([spec.seed, spec.round, first_row])
     # Drawn without replacement in O(quota), not by shuffling every due row: at 800,000
-    # rows a shard's shuffle took 5 ms of a 85 ms round.
+    # rows a shard's shuffle took 5 ms of an 85 ms round.
     rows = due[rng.choice(len(due), size=quota, replace=False)] if quota else due[:0]
     shard.done[rows] = True
     model.set_params(params)
