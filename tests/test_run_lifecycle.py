@@ -337,7 +337,7 @@ class OnNextTransition(WorkerPlugin):
 
     ``released -> memory`` is a scattered key landing (the only way a key goes from released
     straight to memory), before the worker has answered, so the driver has not yet told the
-    scheduler; ``-> executing`` of a ``round_task`` key is a round starting.
+    scheduler.
     """
 
     def __init__(self, action, start="released", finish="memory", key_prefix="") -> None:
@@ -371,6 +371,31 @@ def _arm_on_every_worker(cluster: LocalCluster, action, **when) -> list[OnNextTr
         cluster.sync(worker.plugin_add, plugin=plugin, name="test-on-next-transition")
         plugins.append(plugin)
     return plugins
+
+
+class OnNextRound:
+    """Once armed, calls ``action`` as the next round starts on ``worker`` (its round handler
+    is called, :data:`hmdspt.parallel.worker.ROUND_OP`), and records which runs the worker
+    held just then; the same interface as :class:`OnNextTransition`."""
+
+    def __init__(self, action, worker) -> None:
+        from hmdspt.parallel.worker import ROUND_OP
+
+        self.action, self.worker = action, worker
+        self.armed, self.fired = threading.Event(), threading.Event()
+        self.held: list[str] = []
+        handler = worker.handlers[ROUND_OP]  # set up by the fit's worker plugin
+
+        async def round_started(**kwargs):
+            if self.armed.is_set() and not self.fired.is_set():
+                from hmdspt.parallel.worker import run_ids_held
+
+                self.fired.set()
+                self.held = run_ids_held(self.worker)
+                self.action()
+            return await handler(**kwargs)
+
+        worker.handlers[ROUND_OP] = round_started
 
 
 def _disarm(cluster: LocalCluster) -> None:
@@ -407,11 +432,12 @@ def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(
 # worker end the driver's runs. A bound for a loaded machine, not a measure of speed.
 DRIVER_GONE_CLEANUP_S = 30.0
 
-#: When the driver is killed: what lands or starts on the workers just then.
+#: When the driver is killed: what lands on the workers just then (a round's start is
+#: caught by OnNextRound instead).
 KILL_POINTS = {
     "staging": dict(start="released", finish="memory"),  # its first shard lands
     "broadcast": dict(start="released", finish="memory"),  # w_t lands, after round 2
-    "round": dict(start=None, finish="executing", key_prefix="round_task"),  # after round 2
+    "round": None,  # a round starts, after round 2
 }
 
 
@@ -440,11 +466,13 @@ def test_a_killed_driver_leaves_no_run_state_or_keys_on_the_workers(tmp_path, du
             text=True,
         )
         try:
-            plugins = _arm_on_every_worker(
-                cluster, lambda: os.kill(proc.pid, signal.SIGKILL), **KILL_POINTS[during]
-            )
+            kill = lambda: os.kill(proc.pid, signal.SIGKILL)  # noqa: E731
+            if KILL_POINTS[during] is not None:
+                plugins = _arm_on_every_worker(cluster, kill, **KILL_POINTS[during])
             if during != "staging":
                 _wait_for_rounds(log, 2, proc)
+            if KILL_POINTS[during] is None:  # the fit has set up its round handlers by now
+                plugins = [OnNextRound(kill, w) for w in cluster.workers.values()]
             for plugin in plugins:
                 plugin.armed.set()
             proc.wait(timeout=60)

@@ -20,6 +20,7 @@ from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy
 
@@ -491,3 +492,28 @@ def test_round_schedule_ramps_up_and_ends_every_epoch_with_one_round_left():
         round_schedule(1, ramp_rounds=-1)
     with pytest.raises(ValueError, match="ramp_rounds"):
         TrainerConfig(ramp_rounds=-1).validate()
+
+
+def test_rounds_go_on_while_the_active_memory_manager_drops_replicas(tmp_path):
+    """Each worker's ``w_t`` is a key of its own: a key scattered to several workers is a
+    replicated key, and with no task waiting on it (a round is a call to the worker, not
+    a task) the active memory manager would drop copies before the rounds read them."""
+    import dask
+
+    X, y = make_classification(
+        n_samples=3000, n_features=10, n_informative=6, n_classes=3, random_state=0
+    )
+    amm = {
+        "distributed.scheduler.active-memory-manager.start": True,
+        "distributed.scheduler.active-memory-manager.interval": "5ms",
+    }
+    with (
+        dask.config.set(amm),
+        LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as c,
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        clf = BPNNClassifier((8,), client=c, max_iter=10, rounds_per_epoch=8, random_state=0)
+        clf.fit(X, y)
+    assert clf.n_iter_ == 10

@@ -3,8 +3,9 @@
 Used across the Dask layer (staging, re-balancing, scoring, the trainer): the scheduler's
 workers asked fresh (:func:`scheduler_workers`), waits that return or raise instead of
 hanging on a pinned task whose worker left (:func:`wait_some`, ``_wait_ok``), a direct
-scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`) and one
-attempt to scatter to several workers at once (:func:`scatter_each`).
+scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`), one
+attempt to scatter to several workers at once (:func:`scatter_each`) and a call to each
+worker's comm handler straight from the driver (:func:`call_each`).
 
 While a fit runs, its :class:`hmdspt.parallel.membership.Membership` knows who left from
 the scheduler's worker events: these waits then ask it and block until a task ends or a
@@ -15,14 +16,23 @@ between short waits.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from distributed import Client, Future, wait
+from distributed.protocol import to_serialize
 
-__all__ = ["WorkerLostError", "scatter_each", "scatter_to", "scheduler_workers", "wait_some"]
+__all__ = [
+    "WorkerLostError",
+    "call_each",
+    "scatter_each",
+    "scatter_to",
+    "scheduler_workers",
+    "wait_some",
+]
 
 
 def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
@@ -276,3 +286,41 @@ def scatter_each(
                 raise result
             result.__traceback__ = None  # see wait_some: the cycle would keep data alive
     return dict(zip(workers, results, strict=True))
+
+
+def call_each(
+    client: Client, op: str, calls: Mapping[str, Mapping[str, Any]]
+) -> dict[str, concurrent.futures.Future]:
+    """Call the comm handler ``op`` of each worker straight from the driver, all at once.
+
+    Each call goes over the client's connection pool to its worker, not through the
+    scheduler; its arguments are pickled (``to_serialize``), and so is the handler's
+    ``result`` (it replies ``{"status": "OK", "result": to_serialize(...)}``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+    op : str
+        The handler's name in the workers' ``handlers``.
+    calls : mapping of worker address to a mapping of argument name to value
+
+    Returns
+    -------
+    dict
+        A :class:`concurrent.futures.Future` per worker of its handler's ``result``. A
+        call to a worker that dies fails with the broken connection's error; one to a
+        worker that hangs does not end, so wait on it with the fit's membership
+        (:meth:`hmdspt.parallel.membership.Membership.wait_any`) and cancel it when the
+        worker has left.
+    """
+
+    async def call(address: str, kwargs: Mapping[str, Any]) -> Any:
+        rpc = client.rpc(address)
+        reply = await getattr(rpc, op)(**{k: to_serialize(v) for k, v in kwargs.items()})
+        return reply["result"]
+
+    loop = client.loop.asyncio_loop
+    return {
+        address: asyncio.run_coroutine_threadsafe(call(address, kwargs), loop)
+        for address, kwargs in calls.items()
+    }

@@ -1,8 +1,9 @@
-"""One synchronous round of a fit: broadcast ``w_t``, run the workers' tasks, combine.
+"""One synchronous round of a fit: broadcast ``w_t``, run the workers' rounds, combine.
 
 :class:`RoundRunner` is the trainer's round (:meth:`hmdspt.parallel.trainer.Trainer._round`):
-it sends ``w_t`` once to every staged worker, submits
-:func:`hmdspt.parallel.worker.round_task` pinned to each, waits on the fit's
+it sends ``w_t`` once to every staged worker, calls each worker's round handler
+(:meth:`hmdspt.parallel.worker.HMDSPTWorkerPlugin.round_handler`, which runs
+:func:`hmdspt.parallel.worker.run_round`) straight from the driver, waits on the fit's
 :class:`~hmdspt.parallel.membership.Membership` for the results or a worker's departure,
 and has the sync strategy combine what came back.
 """
@@ -18,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import merge
-from hmdspt.parallel.client import WorkerLostError, scatter_each, scheduler_workers
-from hmdspt.parallel.worker import RoundSpec, round_task, run_key
+from hmdspt.parallel.client import call_each, scatter_each, scheduler_workers
+from hmdspt.parallel.worker import ROUND_OP, RoundSpec, run_key
 
 __all__ = ["RoundRecord", "RoundRunner", "TrainingError"]
 
@@ -50,9 +51,6 @@ class RoundRunner:
     # A worker whose result could not be fetched may have died before the scheduler
     # noticed: wait this long for its removal before calling the failure its own.
     LOSS_NOTICE_S = 5.0
-    # A finished task's result whose worker leaves before it is fetched is recomputed on
-    # its pinned worker, that is never: the fetch checks that often that it is still there.
-    FETCH_POLL_S = 1.0
 
     def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer
         self.trainer = trainer
@@ -110,7 +108,7 @@ class RoundRunner:
         goes on. A worker that stays in the cluster without running fails the fit after
         ``broadcast_timeout_s``, named with its status.
 
-        Each ``w_t`` goes under a key naming the run and this client
+        Each worker's ``w_t`` goes under a key naming the run and this client
         (:func:`hmdspt.parallel.worker.run_key`): a scatter cut short (Ctrl-C, a driver
         that dies) can leave it on a worker with the scheduler never told, and the
         workers free such keys when the run ends.
@@ -119,18 +117,21 @@ class RoundRunner:
         deadline = time.monotonic() + t.config.broadcast_timeout_s
         sent: dict[str, Any] = {}
         errors: dict[str, Exception] = {}
-        key = run_key(t.run_id, t.client.id, f"w_t-{t.round_index}")
+        # A key of its own for each worker: one key on several workers is a replicated key,
+        # and with no task waiting on it the scheduler's active memory manager drops
+        # replicas before the round's call reads them.
+        keys = {a: run_key(t.run_id, t.client.id, f"w_t-{t.round_index}") for a in t.staged.futures}
         while True:
             # One attempt per worker, all at once; the deadline is this loop's, for all.
             attempt = scatter_each(
                 t.client,
-                {a: {key: t.model.params} for a in sorted(set(t.staged.futures) - set(sent))},
+                {a: {keys[a]: t.model.params} for a in sorted(set(t.staged.futures) - set(sent))},
             )
             for addr, got in attempt.items():
                 if isinstance(got, Exception):  # not running, left, or died unnoticed
                     errors[addr] = got
                 else:
-                    sent[addr] = got[key]
+                    sent[addr] = got[keys[addr]]
             missing = set(t.staged.futures) - set(sent)
             if not missing:
                 return {addr: sent[addr] for addr in sorted(t.staged.futures)}
@@ -158,17 +159,6 @@ class RoundRunner:
                     "retiring without leaving, or unreachable)"
                 )
 
-    def _fetch(self, future: Any, addr: str) -> dict:
-        """A round task's result; raises if its worker leaves before it arrives."""
-        while True:
-            try:
-                return future.result(timeout=self.FETCH_POLL_S)
-            except TimeoutError:
-                if self.trainer.membership.gone({addr}):
-                    raise WorkerLostError(
-                        f"worker {addr} left before its result was fetched"
-                    ) from None
-
     def run(
         self,
         epoch: int,
@@ -183,43 +173,44 @@ class RoundRunner:
         t._sync_membership()
         spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
-        # w_t goes to each worker once per round (not inside each task submission).
+        # w_t goes to each worker once per round, through Dask (the broadcast's handling of
+        # paused, retiring and lost workers); the round itself goes straight to each worker.
         params_futures = t._broadcast()
-        futures = {
-            t.client.submit(
-                round_task,
-                shard,
-                params_futures[addr],
-                spec,
-                workers=[addr],
-                allow_other_workers=False,
-                pure=False,
-            ): addr
-            for addr, shard in t.staged.futures.items()
-        }
+        calls = call_each(
+            t.client,
+            ROUND_OP,
+            {
+                addr: {"shard_key": shard.key, "params_key": params_futures[addr].key, "spec": spec}
+                for addr, shard in t.staged.futures.items()
+            },
+        )
+        futures = {future: addr for addr, future in calls.items()}
         results: dict[str, dict] = {}
         arrived: dict[str, float] = {}
         lost: set[str] = set()
         pending = set(futures)
-        while pending:
-            # Until a task ends or a worker leaves: a pinned task whose worker left never ends.
-            done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
-            pending -= done
-            for future in done:
-                addr = futures[future]
-                try:
-                    # The result lives on the worker until fetched: it can die in between.
-                    results[addr] = self._fetch(future, addr)
-                    arrived[addr] = time.perf_counter() - start
-                except Exception as exc:
-                    if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
-                        raise TrainingError(
-                            f"worker {t._names.get(addr, addr)} failed in round "
-                            f"{t.round_index}: {exc!r}"
-                        ) from exc
-                    lost.add(addr)  # the round completes without it; its delta is dropped
-            lost |= gone
-            pending = {f for f in pending if futures[f] not in gone}
+        try:
+            while pending:
+                # Until a call returns or a worker leaves: a call to a hung worker never does.
+                done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
+                pending -= done
+                for future in done:
+                    addr = futures[future]
+                    try:
+                        results[addr] = future.result()
+                        arrived[addr] = time.perf_counter() - start
+                    except Exception as exc:
+                        if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
+                            raise TrainingError(
+                                f"worker {t._names.get(addr, addr)} failed in round "
+                                f"{t.round_index}: {exc!r}"
+                            ) from exc
+                        lost.add(addr)  # the round completes without it; its delta is dropped
+                lost |= gone
+                pending = {f for f in pending if futures[f] not in gone}
+        finally:
+            for future in pending:  # calls to workers that left, or an interrupted wait
+                future.cancel()
         if not results:
             t._recover(lost)  # raises when nobody is left; else the round is retried
             return t._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)

@@ -1,7 +1,8 @@
 """The HMDSPT round loop on a Dask cluster: one loop, the strategies as objects.
 
 One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
-:func:`hmdspt.parallel.worker.round_task` on its own rows; the driver combines what comes
+:func:`hmdspt.parallel.worker.run_round` on its own rows, called straight from the driver
+(not as a task); the driver combines what comes
 back; timings update the scores; when the hysteresis rule says so, rows move worker to
 worker before the next round.
 

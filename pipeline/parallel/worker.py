@@ -27,13 +27,14 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import WorkerPlugin, get_worker
+from distributed.protocol import to_serialize
 from distributed.utils import sync
 from distributed.worker import WORKER_ANY_RUNNING
 from distributed.worker_state_machine import FreeKeysEvent
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
 
 __all__ = [
+    "ROUND_OP",
     "WORKER_PLUGIN_NAME",
     "HMDSPTWorkerPlugin",
     "ThrottleRecord",
@@ -66,6 +68,7 @@ __all__ = [
     "probe_task",
     "remembered_speed",
     "run_ids_held",
+    "run_round",
     "run_key",
     "speed_key",
     "set_slowdown",
@@ -114,15 +117,15 @@ class ThrottleRecord:
 
 
 @contextmanager
-def throttled(slowdown: float | None = None) -> Iterator[ThrottleRecord]:
+def throttled(slowdown: float | Callable[[], float] | None = None) -> Iterator[ThrottleRecord]:
     """Run a compute chunk, then sleep ``(k - 1)`` times its thread CPU time.
 
     Parameters
     ----------
-    slowdown : float, optional
-        Factor ``k`` to apply; by default the running worker's (see
-        :class:`HMDSPTWorkerPlugin`), read when the chunk ends so that :func:`set_slowdown`
-        takes effect at the next chunk.
+    slowdown : float or callable, optional
+        Factor ``k`` to apply, or a function returning it; by default the running task's
+        worker's (see :class:`HMDSPTWorkerPlugin`). Read when the chunk ends, so that
+        :func:`set_slowdown` takes effect at the next chunk.
 
     Yields
     ------
@@ -140,7 +143,10 @@ def throttled(slowdown: float | None = None) -> Iterator[ThrottleRecord]:
     start = time.thread_time()
     yield record
     record.cpu_s = time.thread_time() - start
-    k = current_slowdown() if slowdown is None else _check_slowdown(slowdown)
+    if slowdown is None:
+        k = current_slowdown()
+    else:
+        k = _check_slowdown(slowdown() if callable(slowdown) else slowdown)
     if k > 1.0 and record.cpu_s > 0.0:
         record.sleep_s = (k - 1.0) * record.cpu_s
         time.sleep(record.sleep_s)
@@ -496,12 +502,12 @@ def speed_key(
     )
 
 
-def _remember_speed(spec: RoundSpec, rows: int, busy_s: float) -> None:
+def _remember_speed(plugin: HMDSPTWorkerPlugin, spec: RoundSpec, rows: int, busy_s: float) -> None:
     """Add a round's rows and busy seconds to this worker's record of the run."""
     key = speed_key(
         spec.layer_sizes, spec.batch_size, spec.dtype, spec.hidden_activation, spec.out_activation
     )
-    entry = _worker_plugin(get_worker(), create=True).speeds.setdefault(key, {})
+    entry = plugin.speeds.setdefault(key, {})
     if entry.get("run_id") != spec.run_id:  # a new fit: start its own total
         entry.update(run_id=spec.run_id, rows=0, busy_s=0.0)
     entry["rows"] += rows
@@ -567,6 +573,8 @@ def forget_speeds(dask_worker: Worker) -> int:
 # scatter interrupted before the scheduler learnt of them, which nothing else would free.
 WORKER_PLUGIN_NAME = "hmdspt"
 RUN_KEY_PREFIX = "hmdspt/"
+#: The worker's comm handler a fit's rounds are sent to (HMDSPTWorkerPlugin.round_handler).
+ROUND_OP = "hmdspt_round"
 
 # Task states in which a task still needs its inputs in memory.
 _NEEDS_INPUTS = frozenset(
@@ -727,8 +735,11 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(limits=self.blas_threads)
+        worker.handlers[ROUND_OP] = self.round_handler
 
     def teardown(self, worker: Worker) -> None:
+        if worker.handlers.get(ROUND_OP) == self.round_handler:
+            del worker.handlers[ROUND_OP]
         with self.lock:
             handover = _Handover(self.slowdown, self.runs, self.ended, self.speeds)
             self.runs, self.ended, self.speeds = {}, {}, {}
@@ -765,6 +776,26 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         if run is not None:
             run.state = state
         return state
+
+    async def round_handler(self, shard_key: str, params_key: str, spec: RoundSpec) -> dict:
+        """Run a round sent straight from the driver (comm op :data:`ROUND_OP`).
+
+        The driver calls it on every worker at once, with the keys of the worker's shard
+        and of the ``w_t`` it was just sent; the reply carries the round's result
+        (:func:`run_round`). Not a task: a task goes from the driver to the scheduler to
+        the worker and its result back through the scheduler, and those hops cost a round
+        more than its compute when rounds are short (docs/design.md, "Round loop"). The
+        round runs in the worker's task thread pool, beside any task it runs.
+        """
+        worker = self.worker
+        try:
+            shard, params = worker.data[shard_key], worker.data[params_key]
+        except KeyError as exc:
+            raise KeyError(f"worker {worker.address} does not hold {exc.args[0]!r}") from None
+        result = await asyncio.get_running_loop().run_in_executor(
+            worker.executors["default"], run_round, self, shard, params, spec
+        )
+        return {"status": "OK", "result": to_serialize(result)}
 
     def held(self) -> list[str]:
         with self.lock:
@@ -950,10 +981,6 @@ def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
     }
 
 
-def _state_for(spec: RoundSpec) -> dict[str, Any]:
-    return _worker_plugin(get_worker(), create=True).state_for(spec)
-
-
 def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
     """End a run on this worker: forget its state, free its keys (``client.run``).
 
@@ -963,7 +990,12 @@ def drop_run_state(run_id: str, dask_worker: Worker) -> bool:
 
 
 def _local_steps(
-    state: dict[str, Any], shard, rows: np.ndarray, params: np.ndarray, spec: RoundSpec
+    state: dict[str, Any],
+    shard,
+    rows: np.ndarray,
+    params: np.ndarray,
+    spec: RoundSpec,
+    slowdown: Callable[[], float],
 ) -> tuple[Any, float, int]:
     """``mode="delta"``: local mini-batch steps over ``rows``; the payload is
     ``w_i - w_t``, compressed (with error feedback when the run has it)."""
@@ -979,7 +1011,7 @@ def _local_steps(
     lo = 0
     while lo < len(rows):
         chunk = spec.batch_size * n_batches
-        with throttled() as record:
+        with throttled(slowdown) as record:
             part_loss, part_steps = minibatch_pass(
                 model,
                 optimizer,
@@ -1003,14 +1035,19 @@ def _local_steps(
 
 
 def _data_gradient(
-    state: dict[str, Any], shard, rows: np.ndarray, params: np.ndarray, spec: RoundSpec
+    state: dict[str, Any],
+    shard,
+    rows: np.ndarray,
+    params: np.ndarray,
+    spec: RoundSpec,
+    slowdown: Callable[[], float],
 ) -> tuple[Any, float, int]:
     """``mode="gradient"``: the sum of the data gradients of ``rows`` (one step), sent
     uncompressed; the driver divides by the rows of all workers."""
     model = state["model"]
     loss_sum, steps = 0.0, 0
     if len(rows):
-        with throttled():
+        with throttled(slowdown):
             # n_total=1: the sum of the rows' data gradients; the driver divides.
             loss_sum = model.loss_and_grad(shard.X[rows], shard.y[rows], n_total=1)
         steps = 1
@@ -1018,15 +1055,26 @@ def _data_gradient(
 
 
 #: A round's work by ``RoundSpec.mode`` (:data:`hmdspt.core.strategies.WORKER_MODES`):
-#: ``work(state, shard, rows, params, spec) -> (payload, loss_sum, steps)``.
+#: ``work(state, shard, rows, params, spec, slowdown) -> (payload, loss_sum, steps)``.
 ROUND_WORK = {"delta": _local_steps, "gradient": _data_gradient}
 
 
 def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
+    """One worker's part of one synchronous round, as a Dask task (:func:`run_round` on
+    the running task's worker); a fit sends its rounds straight to the workers instead
+    (:meth:`HMDSPTWorkerPlugin.round_handler`)."""
+    return run_round(_worker_plugin(get_worker(), create=True), shard, params, spec)
+
+
+def run_round(
+    plugin: HMDSPTWorkerPlugin, shard, params: np.ndarray, spec: RoundSpec
+) -> dict[str, Any]:
     """One worker's part of one synchronous round.
 
     Parameters
     ----------
+    plugin : HMDSPTWorkerPlugin
+        The worker's plugin: the run's state, the emulated slowdown, the speed memory.
     shard : hmdspt.core.shard.Shard
         The worker's rows (held in its memory between rounds); ``shard.y`` holds the
         encoded targets. Its ``done`` mask records the rows already processed this epoch
@@ -1045,7 +1093,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
         ``bytes_out``.
     """
     start = time.perf_counter()
-    state = _state_for(spec)
+    state = plugin.state_for(spec)
     model, optimizer = state["model"], state["optimizer"]
     if spec.new_epoch:
         shard.done[:] = False
@@ -1062,12 +1110,14 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     if hasattr(optimizer, "lr_schedule"):
         optimizer.learning_rate = spec.learning_rate
 
-    payload, loss_sum, steps = ROUND_WORK[spec.mode](state, shard, rows, params, spec)
+    payload, loss_sum, steps = ROUND_WORK[spec.mode](
+        state, shard, rows, params, spec, lambda: plugin.slowdown
+    )
     _, weights = split_weights(shard.y, spec.layer_sizes[-1])
     weight = float(quota) if weights is None else float(weights[rows].sum())
     busy_s = time.perf_counter() - start
     if spec.remember_speed and quota:
-        _remember_speed(spec, int(quota), busy_s)
+        _remember_speed(plugin, spec, int(quota), busy_s)
     result = {
         "payload": payload,
         "rows": int(quota),
