@@ -17,8 +17,8 @@ Targeted faults, ``--targeted`` times each variant (default once):
   second (the benchmark wraps the ``scatter_to`` that ``hmdspt.parallel.shards.stage`` calls,
   in the driver, to time it);
 - ``kill-last-round``: a worker is SIGKILLed during an epoch's last round (the round whose
-  ``RoundSpec.rounds_left`` is 1), once its round task is processing; in epoch 2 and in
-  the fit's last epoch;
+  ``RoundSpec.rounds_left`` is 1), about half its last round's busy time after the round is
+  specified; in epoch 2 and in the fit's last epoch;
 - ``kill-scheduler``: the scheduler, here a process of its own, is SIGKILLed mid-fit;
 - ``kill-driver``: the driver, a subprocess fitting against the cluster's scheduler
   address, is SIGKILLed mid-fit;
@@ -582,17 +582,12 @@ def run_fit(
                 os.kill(scheduler_pid, signal.SIGKILL)
                 applied()
 
-        def kill_when_busy(name: str) -> None:
-            """SIGKILL ``name`` once a round task is processing on it (at most 2 s on)."""
-            address = _address_of(cluster, name)
-            deadline = time.monotonic() + 2.0
-            result.fault_note = "no round task seen running in 2 s"
-            while time.monotonic() < deadline:
-                with contextlib.suppress(Exception):
-                    if any("round_task" in str(k) for k in client.processing([address])[address]):
-                        result.fault_note = "its round task running"
-                        break
-                time.sleep(0.01)
+        def kill_mid_round(name: str, delay_s: float) -> None:
+            """SIGKILL ``name`` ``delay_s`` after its round was specified: about the middle of
+            the round (a round is a call straight to the worker, so the driver does not see
+            it running; the run log's ``worker_lost`` round says where the kill landed)."""
+            time.sleep(delay_s)
+            result.fault_note = f"{delay_s * 1e3:.0f} ms into its round"
             kill(name)
 
         armed = threading.Event()
@@ -604,7 +599,10 @@ def run_fit(
                 return
             if getattr(trainer_, "_epoch", None) == target:
                 armed.set()
-                threading.Thread(target=kill_when_busy, args=(victim,), daemon=True).start()
+                # Half the victim's last busy time, after the broadcast's few milliseconds.
+                last = trainer_.history[-1].workers.get(victim, {}) if trainer_.history else {}
+                delay_s = 0.01 + 0.5 * last.get("busy_s", 0.0)
+                threading.Thread(target=kill_mid_round, args=(victim, delay_s), daemon=True).start()
 
         staged_first: list[str] = []
 

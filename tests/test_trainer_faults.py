@@ -8,6 +8,7 @@ clusters.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 from hmdspt.parallel.worker import set_slowdown
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy
 
@@ -148,6 +150,62 @@ def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicate
     for epoch in (2, 3):
         assert (trainer.rows_seen[epoch] == 1).all()
         assert epochs[epoch]["duplicates"] == 0 and epochs[epoch]["rows"] == len(X)
+    assert sum(trainer.final_counts.values()) == len(X)
+
+
+class _HangsAfterTheBroadcast(Trainer):
+    """A trainer whose worker ``victim`` hangs in round ``hang_in_round``: its round handler
+    never answers, and its connection stays open (as a stopped process's would), until
+    the scheduler removes it a moment later, without closing it (as ``worker-ttl`` does
+    with a worker that stopped heartbeating)."""
+
+    def __init__(self, *args, cluster, hang_in_round: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster, self.hang_in_round, self.victim = cluster, hang_in_round, None
+
+    def _broadcast(self):
+        from hmdspt.parallel.worker import ROUND_OP
+
+        sent = super()._broadcast()
+        if self.round_index == self.hang_in_round and self.victim is None:
+            self.victim = sorted(self.staged.futures)[0]
+            (worker,) = [w for w in self.cluster.workers.values() if w.address == self.victim]
+
+            async def hang(**kwargs):
+                await asyncio.Event().wait()
+
+            worker.handlers[ROUND_OP] = hang
+            scheduler = self.cluster.scheduler
+
+            def remove() -> None:
+                time.sleep(0.5)  # the calls are out by then
+                self.cluster.sync(
+                    scheduler.remove_worker, self.victim, stimulus_id="test-hang", close=False
+                )
+
+            threading.Thread(target=remove, daemon=True).start()
+        return sent
+
+
+@pytest.mark.timeout(120)  # a round that waits on the hung call for good fails here
+def test_a_worker_that_hangs_in_a_round_is_dropped_once_the_scheduler_removes_it(tmp_path):
+    X, _, Y = _data(6000)
+    log = tmp_path / "hang.jsonl"
+    with (
+        LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
+        trainer = _HangsAfterTheBroadcast(
+            client, _model(), _ADAM, 128, config, cluster=cluster, hang_in_round=2
+        )
+        trainer.fit(X, Y, max_epochs=2)
+    events = read_events(log)
+    lost = [e for e in events if e["event"] == "worker_lost"]
+    assert [e["round"] for e in lost] == [2]
+    assert events[-1]["status"] == "completed"
+    assert (trainer.rows_seen[1] >= 1).all()  # the hung round's rows ran again
+    assert (trainer.rows_seen[2] == 1).all()
     assert sum(trainer.final_counts.values()) == len(X)
 
 
