@@ -1075,7 +1075,7 @@ def utilisation(busy_s: float | None, fit_wall_s: float | None) -> float | None:
     Parameters
     ----------
     busy_s : float or None
-        Σ ``busy_s`` of the worker's rounds (its local training inside the round task).
+        Σ ``busy_s`` of the worker's rounds (its local training inside each round).
     fit_wall_s : float or None
         The fit's wall time from the user's call (:func:`fit_wall_time`).
 

@@ -587,6 +587,9 @@ class Trainer:
                 self._save_checkpoint(epoch, epoch_complete=True)
                 if stop:
                     break
+            # A Ctrl-C swallowed after the last round's check (in a finalizer during the
+            # last round or the epoch's end) still stops the fit.
+            interrupts.raise_if_swallowed()
             status = "completed"
             return self.history
         except KeyboardInterrupt:

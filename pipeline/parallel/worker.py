@@ -631,7 +631,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
       changed by :func:`set_slowdown`) and the BLAS thread limit, set at setup;
     - the per-run state of HMDSPT fits, by run id (``runs``). A run is held from the first
       of its keys to land on the worker (which names its owner, see :func:`run_key`) or its
-      first round task, until it ends (:meth:`end_runs`: at the fit's clean-up, or when
+      first round, until it ends (:meth:`end_runs`: at the fit's clean-up, or when
       its driver's client disconnects, see :mod:`hmdspt.parallel.lifecycle`). Ending a run
       drops its state and frees its keys in the worker's memory; a key of an ended run that
       lands later (the tail of an interrupted broadcast) is freed as it lands, for the last
@@ -706,7 +706,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
         self.speeds: dict[tuple, dict[str, Any]] = {}  # speed_key -> the latest fit's record
         self.rounds_running = 0  # rounds called and not yet answered (round_handler)
-        # Round tasks run in worker threads, the rest on the worker's event loop.
+        # Rounds run in worker threads, the rest on the worker's event loop.
         self.lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -861,7 +861,7 @@ def _on_event_loop() -> bool:
 
 def _worker_plugin(worker: Worker, create: bool = False) -> HMDSPTWorkerPlugin | None:
     """The worker's :class:`HMDSPTWorkerPlugin`; with ``create``, one is added if it has
-    none (round tasks or ``set_slowdown`` used without a fit, which registers it)."""
+    none (rounds or ``set_slowdown`` used without a fit, which registers it)."""
     plugin = worker.plugins.get(WORKER_PLUGIN_NAME)
     if plugin is None and create:
         plugin = HMDSPTWorkerPlugin()
