@@ -105,23 +105,31 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     assert sum(trainer.final_counts.values()) == len(X)
 
 
-class _KillsAfterTheBroadcast(Trainer):
-    """A trainer that SIGKILLs one staged worker once ``w_t`` is sent in ``kill_in_round``.
+class _ActsAfterTheBroadcast(Trainer):
+    """A trainer that calls :meth:`act` on one staged worker (the first by address) once
+    ``w_t`` is sent in round ``act_in_round``, while the round's calls are about to go out."""
 
-    The worker then dies while the round's tasks run: its result never comes back and
-    its rows are re-staged after the round, due again in the running epoch.
-    """
-
-    def __init__(self, *args, cluster, kill_in_round: int, **kwargs):
+    def __init__(self, *args, cluster, act_in_round: int, **kwargs):
         super().__init__(*args, **kwargs)
-        self.cluster, self.kill_in_round, self.killed = cluster, kill_in_round, None
+        self.cluster, self.act_in_round, self.victim = cluster, act_in_round, None
+
+    def act(self, address: str) -> None:
+        raise NotImplementedError
 
     def _broadcast(self):
         sent = super()._broadcast()
-        if self.round_index == self.kill_in_round and self.killed is None:
-            self.killed = sorted(self.staged.futures)[0]
-            _kill(self.cluster, self.killed)
+        if self.round_index == self.act_in_round and self.victim is None:
+            self.victim = sorted(self.staged.futures)[0]
+            self.act(self.victim)
         return sent
+
+
+class _KillsAfterTheBroadcast(_ActsAfterTheBroadcast):
+    """SIGKILLs the worker: it dies while its round runs, its result never comes back and
+    its rows are re-staged after the round, due again in the running epoch."""
+
+    def act(self, address: str) -> None:
+        _kill(self.cluster, address)
 
 
 @pytest.mark.timeout(300)
@@ -132,7 +140,7 @@ def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicate
         # No ramp: epoch 1 is rounds 1, 2, 3 and round 3 is its last.
         config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
         trainer = _KillsAfterTheBroadcast(
-            client, _model(), _ADAM, 128, config, cluster=cluster, kill_in_round=3
+            client, _model(), _ADAM, 128, config, cluster=cluster, act_in_round=3
         )
         trainer.fit(X, Y, max_epochs=3)
     events = read_events(log)
@@ -153,38 +161,30 @@ def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicate
     assert sum(trainer.final_counts.values()) == len(X)
 
 
-class _HangsAfterTheBroadcast(Trainer):
-    """A trainer whose worker ``victim`` hangs in round ``hang_in_round``: its round handler
-    never answers, and its connection stays open (as a stopped process's would), until
-    the scheduler removes it a moment later, without closing it (as ``worker-ttl`` does
-    with a worker that stopped heartbeating)."""
+class _HangsAfterTheBroadcast(_ActsAfterTheBroadcast):
+    """The worker hangs in its round: its round handler never answers, and its connection
+    stays open (as a stopped process's would), until the scheduler removes it a moment
+    later, without closing it (as ``worker-ttl`` does with a worker that stopped
+    heartbeating)."""
 
-    def __init__(self, *args, cluster, hang_in_round: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.cluster, self.hang_in_round, self.victim = cluster, hang_in_round, None
-
-    def _broadcast(self):
+    def act(self, address: str) -> None:
         from hmdspt.parallel.worker import ROUND_OP
 
-        sent = super()._broadcast()
-        if self.round_index == self.hang_in_round and self.victim is None:
-            self.victim = sorted(self.staged.futures)[0]
-            (worker,) = [w for w in self.cluster.workers.values() if w.address == self.victim]
+        (worker,) = [w for w in self.cluster.workers.values() if w.address == address]
 
-            async def hang(**kwargs):
-                await asyncio.Event().wait()
+        async def hang(**kwargs):
+            await asyncio.Event().wait()
 
-            worker.handlers[ROUND_OP] = hang
-            scheduler = self.cluster.scheduler
+        worker.handlers[ROUND_OP] = hang
+        scheduler = self.cluster.scheduler
 
-            def remove() -> None:
-                time.sleep(0.5)  # the calls are out by then
-                self.cluster.sync(
-                    scheduler.remove_worker, self.victim, stimulus_id="test-hang", close=False
-                )
+        def remove() -> None:
+            time.sleep(0.5)  # the calls are out by then
+            self.cluster.sync(
+                scheduler.remove_worker, address, stimulus_id="test-hang", close=False
+            )
 
-            threading.Thread(target=remove, daemon=True).start()
-        return sent
+        threading.Thread(target=remove, daemon=True).start()
 
 
 @pytest.mark.timeout(120)  # a round that waits on the hung call for good fails here
@@ -197,7 +197,7 @@ def test_a_worker_that_hangs_in_a_round_is_dropped_once_the_scheduler_removes_it
     ):
         config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
         trainer = _HangsAfterTheBroadcast(
-            client, _model(), _ADAM, 128, config, cluster=cluster, hang_in_round=2
+            client, _model(), _ADAM, 128, config, cluster=cluster, act_in_round=2
         )
         trainer.fit(X, Y, max_epochs=2)
     events = read_events(log)

@@ -48,8 +48,8 @@ class RoundRecord:
 class RoundRunner:
     """The round of ``trainer`` (it holds the fit's state; this holds none)."""
 
-    # A worker whose result could not be fetched may have died before the scheduler
-    # noticed: wait this long for its removal before calling the failure its own.
+    # A worker whose round call failed may have died before the scheduler noticed: wait
+    # this long for its removal before calling the failure its own.
     LOSS_NOTICE_S = 5.0
 
     def __init__(self, trainer: Any) -> None:  # a hmdspt.parallel.trainer.Trainer

@@ -2,9 +2,8 @@
 
 One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
 :func:`hmdspt.parallel.worker.run_round` on its own rows, called straight from the driver
-(not as a task); the driver combines what comes
-back; timings update the scores; when the hysteresis rule says so, rows move worker to
-worker before the next round.
+(not as a task); the driver combines what comes back; timings update the scores; when the
+hysteresis rule says so, rows move worker to worker before the next round.
 
 The loop holds no branch on a strategy's name: ``sync`` and ``partition`` name objects of
 :mod:`hmdspt.core.strategies`, which the loop calls. The sync strategies differ in what a

@@ -68,7 +68,6 @@ __all__ = [
     "probe_task",
     "remembered_speed",
     "run_ids_held",
-    "rounds_running",
     "run_round",
     "run_key",
     "speed_key",
@@ -705,7 +704,6 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         self.runs: dict[str, _Run] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
         self.speeds: dict[tuple, dict[str, Any]] = {}  # speed_key -> the latest fit's record
-        self.rounds_running = 0  # rounds called and not yet answered (round_handler)
         # Rounds run in worker threads, the rest on the worker's event loop.
         self.lock = threading.Lock()
 
@@ -794,13 +792,9 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             shard, params = worker.data[shard_key], worker.data[params_key]
         except KeyError as exc:
             raise KeyError(f"worker {worker.address} does not hold {exc.args[0]!r}") from None
-        self.rounds_running += 1
-        try:
-            result = await asyncio.get_running_loop().run_in_executor(
-                worker.executors["default"], run_round, self, shard, params, spec
-            )
-        finally:
-            self.rounds_running -= 1
+        result = await asyncio.get_running_loop().run_in_executor(
+            worker.executors["default"], run_round, self, shard, params, spec
+        )
         return {"status": "OK", "result": to_serialize(result)}
 
     def held(self) -> list[str]:
@@ -872,12 +866,6 @@ def _worker_plugin(worker: Worker, create: bool = False) -> HMDSPTWorkerPlugin |
             sync(worker.loop, worker.plugin_add, plugin=plugin, name=WORKER_PLUGIN_NAME)
         plugin = worker.plugins[WORKER_PLUGIN_NAME]
     return plugin
-
-
-def rounds_running(dask_worker: Worker) -> int:
-    """How many rounds this worker is running just now (call through ``client.run``)."""
-    plugin = _worker_plugin(dask_worker)
-    return 0 if plugin is None else plugin.rounds_running
 
 
 def run_ids_held(dask_worker: Worker) -> list[str]:
