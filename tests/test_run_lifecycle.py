@@ -329,7 +329,7 @@ def test_a_fit_whose_run_log_is_under_a_file_fails_before_training(cluster, tmp_
 
 
 # ----------------------------------------------------------------------------------
-# Leaks when a broadcast is interrupted or the driver dies
+# Leaks when a round is interrupted or the driver dies
 # ----------------------------------------------------------------------------------
 class OnNextTransition(WorkerPlugin):
     """Once armed, calls ``action`` when the next key makes the transition ``start`` (any if
@@ -396,34 +396,36 @@ class OnNextRound:
             return await handler(**kwargs)
 
         worker.handlers[ROUND_OP] = round_started
+        self.restore = lambda: worker.handlers.__setitem__(ROUND_OP, handler)
 
 
-def _disarm(cluster: LocalCluster) -> None:
-    for worker in cluster.workers.values():
-        cluster.sync(worker.plugin_remove, name="test-on-next-transition")
-
-
-def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(
+def test_an_interrupted_round_leaves_no_state_or_keys_after_the_fit_ends(
     cluster, tmp_path, sigint_raises
 ):
+    """A Ctrl-C as a round's calls (``w_t`` with them) land on the workers, after round 2."""
     X, Y = _data(8000)
     main = threading.main_thread().ident
-    plugins = _arm_on_every_worker(cluster, lambda: signal.pthread_kill(main, signal.SIGINT))
     log = tmp_path / "fit.jsonl"
+    plugins: list[OnNextRound] = []
+
+    def arm() -> None:
+        _wait_for_rounds(log, 2)  # the fit has set up its round handlers by now
+        sigint = lambda: signal.pthread_kill(main, signal.SIGINT)  # noqa: E731
+        plugins.extend(OnNextRound(sigint, w) for w in cluster.workers.values())
+        for plugin in plugins:
+            plugin.armed.set()
+
     try:
         with Client(cluster) as client:
             trainer = _trainer(client, run_log=str(log))
-            # Arm once round 2 is logged: the next scatter is a broadcast of w_t.
-            threading.Thread(
-                target=lambda: (_wait_for_rounds(log, 2), [p.armed.set() for p in plugins]),
-                daemon=True,
-            ).start()
+            threading.Thread(target=arm, daemon=True).start()
             with pytest.raises(KeyboardInterrupt):
                 trainer.fit(X, Y, max_epochs=10**6)
             assert any(p.fired.is_set() for p in plugins)
             assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
     finally:
-        _disarm(cluster)
+        for plugin in plugins:
+            plugin.restore()
     assert [e["status"] for e in _run_end(log)] == ["stopped"]
 
 
@@ -432,19 +434,18 @@ def test_an_interrupted_broadcast_leaves_no_keys_after_the_fit_ends(
 # worker end the driver's runs. A bound for a loaded machine, not a measure of speed.
 DRIVER_GONE_CLEANUP_S = 30.0
 
-#: When the driver is killed: what lands on the workers just then (a round's start is
-#: caught by OnNextRound instead).
+#: When the driver is killed: what lands on the workers just then (a round's start, its
+#: call with w_t, is caught by OnNextRound instead).
 KILL_POINTS = {
     "staging": dict(start="released", finish="memory"),  # its first shard lands
-    "broadcast": dict(start="released", finish="memory"),  # w_t lands, after round 2
-    "round": None,  # a round starts, after round 2
+    "round": None,  # a round's call and its w_t land, after round 2
 }
 
 
 @pytest.mark.parametrize("during", list(KILL_POINTS))
 def test_a_killed_driver_leaves_no_run_state_or_keys_on_the_workers(tmp_path, during):
-    """SIGKILLed mid-fit: as its first shard lands, as ``w_t`` lands after round 2, or as
-    a round starts after round 2 (its state on the workers then); within
+    """SIGKILLed mid-fit: as its first shard lands, or as a round's call with ``w_t`` lands
+    after round 2 (its state on the workers then); within
     ``DRIVER_GONE_CLEANUP_S`` the workers hold nothing of the run."""
     with LocalCluster(
         n_workers=2,

@@ -205,8 +205,8 @@ class _ActsAfterTheMembershipCheck(Trainer):
     """A trainer whose cluster changes just after a round's membership check.
 
     ``act(trainer, worker)`` runs once, in round ``act_in_round``, on the last staged
-    worker, where distributed's direct scatter would wait for a *running* worker until
-    the broadcast's timeout.
+    worker, just before the round's calls go out: a worker that is not running refuses
+    its round (``WorkerNotRunning``) and is asked again until ``broadcast_timeout_s``.
     """
 
     act_in_round = 3
@@ -238,14 +238,14 @@ def _retire(trainer, worker):
 
 
 @pytest.mark.timeout(120)
-def test_a_worker_retired_before_the_broadcast_is_recovered_not_waited_for(tmp_path):
+def test_a_worker_retired_before_its_round_is_recovered_not_waited_for(tmp_path):
     X, y = make_classification(
         n_samples=6000, n_features=20, n_informative=12, n_classes=3, random_state=0
     )
     Y = np.eye(3, dtype=np.float32)[y]
     log = tmp_path / "retire.jsonl"
     with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as c:
-        # A broadcast timeout far beyond the test's: waiting it out is a failure.
+        # A timeout far beyond the test's: waiting it out is a failure.
         trainer = _acting_trainer(c, log, _retire, broadcast_timeout_s=600.0)
         trainer.fit(X, Y, max_epochs=4)
     events = read_events(log)

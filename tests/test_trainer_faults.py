@@ -105,9 +105,9 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     assert sum(trainer.final_counts.values()) == len(X)
 
 
-class _ActsAfterTheBroadcast(Trainer):
-    """A trainer that calls :meth:`act` on one staged worker (the first by address) once
-    ``w_t`` is sent in round ``act_in_round``, while the round's calls are about to go out."""
+class _ActsAsTheRoundStarts(Trainer):
+    """A trainer that calls :meth:`act` on one staged worker (the first by address) in round
+    ``act_in_round``, as the round's calls (with ``w_t``) are about to go out."""
 
     def __init__(self, *args, cluster, act_in_round: int, **kwargs):
         super().__init__(*args, **kwargs)
@@ -116,15 +116,15 @@ class _ActsAfterTheBroadcast(Trainer):
     def act(self, address: str) -> None:
         raise NotImplementedError
 
-    def _broadcast(self):
-        sent = super()._broadcast()
+    def _spec(self, new_epoch: bool, rounds_left: int):
+        spec = super()._spec(new_epoch, rounds_left)
         if self.round_index == self.act_in_round and self.victim is None:
             self.victim = sorted(self.staged.futures)[0]
             self.act(self.victim)
-        return sent
+        return spec
 
 
-class _KillsAfterTheBroadcast(_ActsAfterTheBroadcast):
+class _KillsAsTheRoundStarts(_ActsAsTheRoundStarts):
     """SIGKILLs the worker: it dies while its round runs, its result never comes back and
     its rows are re-staged after the round, due again in the running epoch."""
 
@@ -139,7 +139,7 @@ def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicate
     with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as client:
         # No ramp: epoch 1 is rounds 1, 2, 3 and round 3 is its last.
         config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
-        trainer = _KillsAfterTheBroadcast(
+        trainer = _KillsAsTheRoundStarts(
             client, _model(), _ADAM, 128, config, cluster=cluster, act_in_round=3
         )
         trainer.fit(X, Y, max_epochs=3)
@@ -161,7 +161,7 @@ def test_a_worker_lost_in_an_epochs_last_round_loses_no_row_and_counts_duplicate
     assert sum(trainer.final_counts.values()) == len(X)
 
 
-class _HangsAfterTheBroadcast(_ActsAfterTheBroadcast):
+class _HangsAsTheRoundStarts(_ActsAsTheRoundStarts):
     """The worker hangs in its round: its round handler never answers, and its connection
     stays open (as a stopped process's would), until the scheduler removes it a moment
     later, without closing it (as ``worker-ttl`` does with a worker that stopped
@@ -196,7 +196,7 @@ def test_a_worker_that_hangs_in_a_round_is_dropped_once_the_scheduler_removes_it
         Client(cluster) as client,
     ):
         config = _config(log, rounds_per_epoch=3, ramp_rounds=0)
-        trainer = _HangsAfterTheBroadcast(
+        trainer = _HangsAsTheRoundStarts(
             client, _model(), _ADAM, 128, config, cluster=cluster, act_in_round=2
         )
         trainer.fit(X, Y, max_epochs=2)

@@ -3,9 +3,8 @@
 Used across the Dask layer (staging, re-balancing, scoring, the trainer): the scheduler's
 workers asked fresh (:func:`scheduler_workers`), waits that return or raise instead of
 hanging on a pinned task whose worker left (:func:`wait_some`, ``_wait_ok``), a direct
-scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`), one
-attempt to scatter to several workers at once (:func:`scatter_each`) and a call to each
-worker's comm handler straight from the driver (:func:`call_each`).
+scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`) and a
+call to each worker's comm handler straight from the driver, all at once (:func:`call_each`).
 
 While a fit runs, its :class:`hmdspt.parallel.membership.Membership` knows who left from
 the scheduler's worker events: these waits then ask it and block until a task ends or a
@@ -28,7 +27,6 @@ from distributed.protocol import to_serialize
 __all__ = [
     "WorkerLostError",
     "call_each",
-    "scatter_each",
     "scatter_to",
     "scheduler_workers",
     "wait_some",
@@ -235,57 +233,6 @@ def scatter_to(
                 membership.wait_gone({worker}, pause)  # ends early when it leaves
             else:
                 time.sleep(pause)
-
-
-def scatter_each(
-    client: Client, data: Mapping[str, Mapping[str, Any]], poll_s: float = 0.5
-) -> dict[str, dict[str, Future] | Exception]:
-    """One attempt to scatter each worker's own ``{key: value}`` straight to it, all at once.
-
-    The attempts run together on the client's event loop, so sending to ``m`` workers
-    takes about one round trip instead of ``m`` in a row. A key may be given to several
-    workers (the scheduler then knows it on each).
-
-    Parameters
-    ----------
-    client : distributed.Client
-    data : mapping of worker address to a mapping of key to value
-    poll_s : float
-        How long an attempt waits for its worker to run (see :func:`scatter_to`).
-
-    Returns
-    -------
-    dict
-        Per worker, its keys' futures, or the exception its attempt ended with
-        (``TimeoutError`` for a worker that is not running, ``OSError`` for a broken
-        connection, ...). Telling a lost worker from a slow one is the caller's: one
-        attempt says nothing of it.
-    """
-    workers = list(data)
-
-    async def attempts() -> list:
-        return await asyncio.gather(
-            *(
-                client.scatter(
-                    dict(data[w]),
-                    workers=[w],
-                    direct=True,
-                    hash=False,
-                    timeout=poll_s,
-                    asynchronous=True,
-                )
-                for w in workers
-            ),
-            return_exceptions=True,
-        )
-
-    results = client.sync(attempts)
-    for result in results:
-        if isinstance(result, BaseException):
-            if not isinstance(result, Exception):  # a cancellation or an interrupt
-                raise result
-            result.__traceback__ = None  # see wait_some: the cycle would keep data alive
-    return dict(zip(workers, results, strict=True))
 
 
 def call_each(

@@ -1,7 +1,7 @@
-"""One synchronous round of a fit: broadcast ``w_t``, run the workers' rounds, combine.
+"""One synchronous round of a fit: send ``w_t`` with each worker's round call, combine.
 
 :class:`RoundRunner` is the trainer's round (:meth:`hmdspt.parallel.trainer.Trainer._round`):
-it sends ``w_t`` once to every staged worker, calls each worker's round handler
+it calls each staged worker's round handler with ``w_t``
 (:meth:`hmdspt.parallel.worker.HMDSPTWorkerPlugin.round_handler`, which runs
 :func:`hmdspt.parallel.worker.run_round`) straight from the driver, waits on the fit's
 :class:`~hmdspt.parallel.membership.Membership` for the results or a worker's departure,
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import merge
-from hmdspt.parallel.client import call_each, scatter_each, scheduler_workers
-from hmdspt.parallel.worker import ROUND_OP, RoundSpec, run_key
+from hmdspt.parallel.client import call_each, scheduler_workers
+from hmdspt.parallel.worker import ROUND_OP, RoundSpec, WorkerNotRunning
 
 __all__ = ["RoundRecord", "RoundRunner", "TrainingError"]
 
@@ -91,74 +91,6 @@ class RoundRunner:
             ),
         )
 
-    def broadcast(self) -> dict[str, Any]:
-        """Send ``w_t`` once to every staged worker; a future per worker.
-
-        Scattered directly to each worker rather than with ``broadcast=True``: Dask's
-        broadcast replication keeps retrying a killed worker's stale address every 30 s,
-        while a direct transfer to a dead worker fails within the connect timeout.
-
-        A direct scatter also waits, for as long as its timeout, while its worker is
-        not *running*: one that is retiring (``--lifetime`` reached, or retired by the
-        cluster) or paused, or that has already left. Each scatter is therefore one short
-        attempt, all workers' at once (:func:`hmdspt.parallel.client.scatter_each`: one
-        round trip instead of one per worker); workers that did not take
-        ``w_t`` are asked about (the membership), those that left are recovered (their
-        rows re-staged onto the others, which keep the ``w_t`` they got) and the broadcast
-        goes on. A worker that stays in the cluster without running fails the fit after
-        ``broadcast_timeout_s``, named with its status.
-
-        Each worker's ``w_t`` goes under a key naming the run and this client
-        (:func:`hmdspt.parallel.worker.run_key`): a scatter cut short (Ctrl-C, a driver
-        that dies) can leave it on a worker with the scheduler never told, and the
-        workers free such keys when the run ends.
-        """
-        t = self.trainer
-        deadline = time.monotonic() + t.config.broadcast_timeout_s
-        sent: dict[str, Any] = {}
-        errors: dict[str, Exception] = {}
-        # A key of its own for each worker: one key on several workers is a replicated key,
-        # and with no task waiting on it the scheduler's active memory manager drops
-        # replicas before the round's call reads them.
-        keys = {a: run_key(t.run_id, t.client.id, f"w_t-{t.round_index}") for a in t.staged.futures}
-        while True:
-            # One attempt per worker, all at once; the deadline is this loop's, for all.
-            attempt = scatter_each(
-                t.client,
-                {a: {keys[a]: t.model.params} for a in sorted(set(t.staged.futures) - set(sent))},
-            )
-            for addr, got in attempt.items():
-                if isinstance(got, Exception):  # not running, left, or died unnoticed
-                    errors[addr] = got
-                else:
-                    sent[addr] = got[keys[addr]]
-            missing = set(t.staged.futures) - set(sent)
-            if not missing:
-                return {addr: sent[addr] for addr in sorted(t.staged.futures)}
-            # Wakes as soon as one leaves; one that stays (paused, retiring) is tried again
-            # after a second, as it may run again.
-            gone = t.membership.wait_gone(missing, min(1.0, max(deadline - time.monotonic(), 0)))
-            if gone:
-                t._recover(gone)  # raises when nobody is left
-                stale = [f for a, f in sent.items() if a not in t.staged.futures]
-                if stale:
-                    t.client.cancel(stale)
-                sent = {a: f for a, f in sent.items() if a in t.staged.futures}
-            elif time.monotonic() >= deadline:
-                t.client.cancel(list(sent.values()))
-                info = scheduler_workers(t.client)
-                states = "; ".join(
-                    f"{t._names.get(a, a)} (status {info.get(a, {}).get('status', 'gone')}, "
-                    f"last error {errors.get(a)!r})"
-                    for a in sorted(missing)
-                )
-                raise TrainingError(
-                    f"could not send the model to worker {states} for "
-                    f"{t.config.broadcast_timeout_s:g} s in round {t.round_index}; "
-                    "it is still in the cluster but takes no data (paused for memory, "
-                    "retiring without leaving, or unreachable)"
-                )
-
     def run(
         self,
         epoch: int,
@@ -173,44 +105,7 @@ class RoundRunner:
         t._sync_membership()
         spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
-        # w_t goes to each worker once per round, through Dask (the broadcast's handling of
-        # paused, retiring and lost workers); the round itself goes straight to each worker.
-        params_futures = t._broadcast()
-        calls = call_each(
-            t.client,
-            ROUND_OP,
-            {
-                addr: {"shard_key": shard.key, "params_key": params_futures[addr].key, "spec": spec}
-                for addr, shard in t.staged.futures.items()
-            },
-        )
-        futures = {future: addr for addr, future in calls.items()}
-        results: dict[str, dict] = {}
-        arrived: dict[str, float] = {}
-        lost: set[str] = set()
-        pending = set(futures)
-        try:
-            while pending:
-                # Until a call returns or a worker leaves: a call to a hung worker never does.
-                done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
-                pending -= done
-                for future in done:
-                    addr = futures[future]
-                    try:
-                        results[addr] = future.result()
-                        arrived[addr] = time.perf_counter() - start
-                    except Exception as exc:
-                        if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
-                            raise TrainingError(
-                                f"worker {t._names.get(addr, addr)} failed in round "
-                                f"{t.round_index}: {exc!r}"
-                            ) from exc
-                        lost.add(addr)  # the round completes without it; its delta is dropped
-                lost |= gone
-                pending = {f for f in pending if futures[f] not in gone}
-        finally:
-            for future in pending:  # calls to workers that left, or an interrupted wait
-                future.cancel()
+        results, arrived, lost = self._call_workers(spec, start)
         if not results:
             t._recover(lost)  # raises when nobody is left; else the round is retried
             return t._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
@@ -230,7 +125,6 @@ class RoundRunner:
         loss = record.loss_sum / max(record.rows, 1)
         finite = bool(np.isfinite(t.model.params).all())
         if not (finite and math.isfinite(loss)):
-            t.client.cancel(list(params_futures.values()))
             raise TrainingError(
                 f"training diverged in round {t.round_index}: the loss is {loss:.3g} "
                 f"({'finite' if finite else 'non-finite'} parameters); lower "
@@ -279,10 +173,92 @@ class RoundRunner:
             force=epoch_end and not lost,
             overlap=not (epoch_end or lost),
         )
-        t.client.cancel(list(params_futures.values()))
         if lost:
             t._recover(lost)
         return record
+
+    def _call_workers(
+        self, spec: RoundSpec, start: float
+    ) -> tuple[dict[str, dict], dict[str, float], set[str]]:
+        """Call every staged worker's round with ``w_t``; its results, arrivals, lost workers.
+
+        ``w_t`` goes with the call, one transfer per worker and one round trip in all (a
+        separate scatter first cost a second round trip, and on a CPU-quota testbed each
+        round trip to a throttled worker can wait out its quota). A call whose worker dies
+        ends with the broken connection, and one to a worker that hangs is waited on with
+        the membership and cancelled when the worker leaves: both workers are lost, the
+        round completes without their deltas. A worker that is in the cluster but not
+        running (paused for memory, retiring) refuses (:class:`WorkerNotRunning`); it is
+        asked again about once a second, recovered as soon as it leaves, and fails the fit,
+        named with its status, once it has refused for ``broadcast_timeout_s``.
+        """
+        t = self.trainer
+        deadline = time.monotonic() + t.config.broadcast_timeout_s
+        results: dict[str, dict] = {}
+        arrived: dict[str, float] = {}
+        lost: set[str] = set()
+        to_call = sorted(t.staged.futures)
+        while to_call:
+            refused: dict[str, WorkerNotRunning] = {}
+            calls = call_each(
+                t.client,
+                ROUND_OP,
+                {
+                    addr: {
+                        "shard_key": t.staged.futures[addr].key,
+                        "params": t.model.params,
+                        "spec": spec,
+                    }
+                    for addr in to_call
+                },
+            )
+            futures = {future: addr for addr, future in calls.items()}
+            pending = set(futures)
+            try:
+                while pending:
+                    # Until a call returns or a worker leaves: a call to a hung worker never does.
+                    done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
+                    pending -= done
+                    for future in done:
+                        addr = futures[future]
+                        try:
+                            results[addr] = future.result()
+                            arrived[addr] = time.perf_counter() - start
+                        except WorkerNotRunning as exc:
+                            refused[addr] = exc
+                        except Exception as exc:
+                            if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
+                                raise TrainingError(
+                                    f"worker {t._names.get(addr, addr)} failed in round "
+                                    f"{t.round_index}: {exc!r}"
+                                ) from exc
+                            lost.add(addr)  # the round completes without it
+                    lost |= gone
+                    pending = {f for f in pending if futures[f] not in gone}
+            finally:
+                for future in pending:  # calls to workers that left, or an interrupted wait
+                    future.cancel()
+            to_call = sorted(set(refused) - lost)
+            if not to_call:
+                break
+            # Wakes as soon as one leaves; one that stays may run again, so it is asked again.
+            wait_s = min(1.0, max(deadline - time.monotonic(), 0.0))
+            gone = t.membership.wait_gone(set(to_call), wait_s)
+            lost |= gone
+            to_call = [a for a in to_call if a not in gone]
+            if to_call and not gone and time.monotonic() >= deadline:
+                info = scheduler_workers(t.client)
+                states = "; ".join(
+                    f"{t._names.get(a, a)} (status "
+                    f"{info.get(a, {}).get('status', refused[a].status)})"
+                    for a in to_call
+                )
+                raise TrainingError(
+                    f"worker {states} refused round {t.round_index} for "
+                    f"{t.config.broadcast_timeout_s:g} s; it is still in the cluster but "
+                    "takes no work (paused for memory, or retiring without leaving)"
+                )
+        return results, arrived, lost
 
     def apply(self, results: dict[str, dict]) -> None:
         """Combine the workers' payloads into the global parameters (the strategy)."""

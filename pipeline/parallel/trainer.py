@@ -1,9 +1,9 @@
 """The HMDSPT round loop on a Dask cluster: one loop, the strategies as objects.
 
-One synchronous round (see ``docs/design.md``): broadcast ``w_t`` once; every worker runs
+One synchronous round (see ``docs/design.md``): every worker runs
 :func:`hmdspt.parallel.worker.run_round` on its own rows, called straight from the driver
-(not as a task); the driver combines what comes back; timings update the scores; when the
-hysteresis rule says so, rows move worker to worker before the next round.
+with ``w_t`` (not as a task); the driver combines what comes back; timings update the
+scores; when the hysteresis rule says so, rows move worker to worker before the next round.
 
 The loop holds no branch on a strategy's name: ``sync`` and ``partition`` name objects of
 :mod:`hmdspt.core.strategies`, which the loop calls. The sync strategies differ in what a
@@ -876,10 +876,6 @@ class Trainer:
         self._log("round", val_score=record.val_score, **fields)
         if self._on_round is not None:
             self._on_round(record)
-
-    def _broadcast(self) -> dict[str, Any]:
-        """Send ``w_t`` to every staged worker (:meth:`RoundRunner.broadcast`)."""
-        return self.rounds.broadcast()
 
     # ------------------------------------------------- membership and recovery
     def _sync_membership(self, grace_s: float = 0.0) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import WorkerPlugin, get_worker
+from distributed.core import Status
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 from distributed.worker import WORKER_ANY_RUNNING
@@ -58,6 +59,7 @@ __all__ = [
     "WORKER_PLUGIN_NAME",
     "HMDSPTWorkerPlugin",
     "ThrottleRecord",
+    "WorkerNotRunning",
     "current_slowdown",
     "get_slowdowns",
     "drop_run_state",
@@ -561,20 +563,33 @@ def forget_speeds(dask_worker: Worker) -> int:
 
 
 # ----------------------------------------------------------------------------------
-# The training round (one task per worker per round)
+# The training round (one call per worker per round, w_t with it)
 # ----------------------------------------------------------------------------------
 # Per-run state kept on a worker between rounds: the model object (its work buffers), the
 # local optimizer (its moments), the error-feedback residual and the chunk size. It lives
 # on the worker's HMDSPTWorkerPlugin, keyed by run id, and goes when the run ends: at the
 # trainer's clean-up (drop_run_state), or when the scheduler sees the run's driver
 # disconnect (hmdspt.parallel.lifecycle.RunOwnersPlugin calls drop_runs), so a driver that
-# dies leaves nothing behind. Data of a run (the broadcast w_t) is scattered under keys
-# named by run_key, so that the worker can drop a run's keys too, including those of a
-# scatter interrupted before the scheduler learnt of them, which nothing else would free.
+# dies leaves nothing behind. Data of a run (its shards) is scattered under keys named by
+# run_key, so that the worker can drop a run's keys too, including those of a scatter
+# interrupted before the scheduler learnt of them, which nothing else would free.
 WORKER_PLUGIN_NAME = "hmdspt"
 RUN_KEY_PREFIX = "hmdspt/"
 #: The worker's comm handler a fit's rounds are sent to (HMDSPTWorkerPlugin.round_handler).
 ROUND_OP = "hmdspt_round"
+
+
+class WorkerNotRunning(RuntimeError):
+    """A worker refused a round: it is in the cluster but not running (paused for memory,
+    retiring, closing), so it takes no new work, as it would take no task."""
+
+    def __init__(self, address: str, status: str) -> None:
+        super().__init__(address, status)
+        self.address, self.status = address, status
+
+    def __str__(self) -> str:
+        return f"worker {self.address} is {self.status}, not running"
+
 
 # Task states in which a task still needs its inputs in memory.
 _NEEDS_INPUTS = frozenset(
@@ -777,19 +792,24 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             run.state = state
         return state
 
-    async def round_handler(self, shard_key: str, params_key: str, spec: RoundSpec) -> dict:
+    async def round_handler(self, shard_key: str, params: np.ndarray, spec: RoundSpec) -> dict:
         """Run a round sent straight from the driver (comm op :data:`ROUND_OP`).
 
-        The driver calls it on every worker at once, with the keys of the worker's shard
-        and of the ``w_t`` it was just sent; the reply carries the round's result
+        The driver calls it on every worker at once, with the key of the worker's shard and
+        the round's ``w_t`` itself; the reply carries the round's result
         (:func:`run_round`). Not a task: a task goes from the driver to the scheduler to
         the worker and its result back through the scheduler, and those hops cost a round
         more than its compute when rounds are short (docs/design.md, "Round loop"). The
         round runs in the worker's task thread pool, beside any task it runs.
+
+        A worker that is not running (paused for memory, retiring, closing) refuses with
+        :class:`WorkerNotRunning`, as it would refuse new tasks and data.
         """
         worker = self.worker
+        if worker.status != Status.running:
+            raise WorkerNotRunning(worker.address, worker.status.name)
         try:
-            shard, params = worker.data[shard_key], worker.data[params_key]
+            shard = worker.data[shard_key]
         except KeyError as exc:
             raise KeyError(f"worker {worker.address} does not hold {exc.args[0]!r}") from None
         result = await asyncio.get_running_loop().run_in_executor(
