@@ -1100,7 +1100,7 @@ def run_round(
         encoded targets. Its ``done`` mask records the rows already processed this epoch
         and travels with the rows when they move.
     params : ndarray
-        The global parameters ``w_t`` (broadcast once per round).
+        The global parameters ``w_t`` (sent with the round's call).
     spec : RoundSpec
         The round's settings.
 
