@@ -599,9 +599,10 @@ def run_fit(
                 return
             if getattr(trainer_, "_epoch", None) == target:
                 armed.set()
-                # Half the victim's last busy time, after the broadcast's few milliseconds.
+                # Half the victim's last busy time: the calls, w_t with them, go out as soon
+                # as the round is specified.
                 last = trainer_.history[-1].workers.get(victim, {}) if trainer_.history else {}
-                delay_s = 0.01 + 0.5 * last.get("busy_s", 0.0)
+                delay_s = max(0.5 * last.get("busy_s", 0.0), 0.001)
                 threading.Thread(target=kill_mid_round, args=(victim, delay_s), daemon=True).start()
 
         staged_first: list[str] = []
