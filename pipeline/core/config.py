@@ -103,10 +103,10 @@ class TrainerConfig:
         not evaluated one by one: about ``ln(T / t_round) / eval_resolution``
         evaluations over a fit of ``T`` seconds.
     broadcast_timeout_s : float
-        Longest wait for a worker to take the broadcast of ``w_t``. Workers that left
-        meanwhile are recovered as soon as they are seen gone; one still in the cluster
-        but not running tasks (paused, or retiring without leaving) fails the fit after
-        this long.
+        Longest wait for a worker to take a round (and the ``w_t`` sent with it). A
+        worker that refuses it because it is not running (paused for memory, or retiring
+        without leaving) is asked again about once a second and fails the fit after this
+        long; workers that leave meanwhile are recovered as soon as they are seen gone.
     record_row_ids : bool
         Workers return the ids of the rows they processed;
         ``hmdspt.parallel.trainer.Trainer.rows_seen`` then counts, per epoch, how often
