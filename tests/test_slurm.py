@@ -44,8 +44,13 @@ START_HINT = (
 
 
 def _require_slurm() -> None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        missing(f"sinfo/sbatch not found: {START_HINT}")
+    if not all(shutil.which(tool) for tool in ("sinfo", "sbatch", "scontrol")):
+        missing(f"sinfo/sbatch/scontrol not found: {START_HINT}")
+    # `scontrol ping` answers at once; sinfo retries a controller that is down for ~9 s.
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=15)
+    if "DOWN" in ping.stdout:
+        first_line = ping.stdout.strip().splitlines()[0]
+        missing(f"SLURM controller down (scontrol ping: {first_line!r}): {START_HINT}")
     try:
         out = subprocess.run(
             ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=15
