@@ -199,45 +199,7 @@ class RoundRunner:
         lost: set[str] = set()
         to_call = sorted(t.staged.futures)
         while to_call:
-            refused: dict[str, WorkerNotRunning] = {}
-            calls = call_each(
-                t.client,
-                ROUND_OP,
-                {
-                    addr: {
-                        "shard_key": t.staged.futures[addr].key,
-                        "params": t.model.params,
-                        "spec": spec,
-                    }
-                    for addr in to_call
-                },
-            )
-            futures = {future: addr for addr, future in calls.items()}
-            pending = set(futures)
-            try:
-                while pending:
-                    # Until a call returns or a worker leaves: a call to a hung worker never does.
-                    done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
-                    pending -= done
-                    for future in done:
-                        addr = futures[future]
-                        try:
-                            results[addr] = future.result()
-                            arrived[addr] = time.perf_counter() - start
-                        except WorkerNotRunning as exc:
-                            refused[addr] = exc
-                        except Exception as exc:
-                            if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
-                                raise TrainingError(
-                                    f"worker {t._names.get(addr, addr)} failed in round "
-                                    f"{t.round_index}: {exc!r}"
-                                ) from exc
-                            lost.add(addr)  # the round completes without it
-                    lost |= gone
-                    pending = {f for f in pending if futures[f] not in gone}
-            finally:
-                for future in pending:  # calls to workers that left, or an interrupted wait
-                    future.cancel()
+            refused = self._call_once(to_call, spec, start, results, arrived, lost)
             to_call = sorted(set(refused) - lost)
             if not to_call:
                 break
@@ -259,6 +221,60 @@ class RoundRunner:
                     "takes no work (paused for memory, or retiring without leaving)"
                 )
         return results, arrived, lost
+
+    def _call_once(
+        self,
+        to_call: list[str],
+        spec: RoundSpec,
+        start: float,
+        results: dict[str, dict],
+        arrived: dict[str, float],
+        lost: set[str],
+    ) -> dict[str, WorkerNotRunning]:
+        """One call to each worker of ``to_call``, all at once, waited on until each has
+        answered or left; adds to ``results``, ``arrived`` and ``lost``, returns the
+        refusals."""
+        t = self.trainer
+        refused: dict[str, WorkerNotRunning] = {}
+        calls = call_each(
+            t.client,
+            ROUND_OP,
+            {
+                addr: {
+                    "shard_key": t.staged.futures[addr].key,
+                    "params": t.model.params,
+                    "spec": spec,
+                }
+                for addr in to_call
+            },
+        )
+        futures = {future: addr for addr, future in calls.items()}
+        pending = set(futures)
+        try:
+            while pending:
+                # Until a call returns or a worker leaves: a call to a hung worker never does.
+                done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
+                pending -= done
+                for future in done:
+                    addr = futures[future]
+                    try:
+                        results[addr] = future.result()
+                        arrived[addr] = time.perf_counter() - start
+                    except WorkerNotRunning as exc:
+                        refused[addr] = exc
+                    except Exception as exc:
+                        if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
+                            raise TrainingError(
+                                f"worker {t._names.get(addr, addr)} failed in round "
+                                f"{t.round_index}: {exc!r}"
+                            ) from exc
+                        lost.add(addr)  # the round completes without it
+                lost |= gone
+                pending = {f for f in pending if futures[f] not in gone}
+        finally:
+            for future in pending:  # calls to workers that left, or an interrupted wait
+                future.cancel()
+        return refused
 
     def apply(self, results: dict[str, dict]) -> None:
         """Combine the workers' payloads into the global parameters (the strategy)."""
