@@ -371,8 +371,8 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
     from distributed import Client
 
     pools = [
-        # One process a job without a nanny: a nanny's worker process doubles a job's
-        # start-up (1.3 against 2.9 s for two jobs), and the pools are what is tested.
+        # One process a job, without a nanny: a nanny starts a second process per job,
+        # doubling its start-up, and the pools are what is tested here.
         PoolSpec("small", cores=1, memory="512MiB", processes=1, resources={"ssd": 1},
                  options={"nanny": False}),
         PoolSpec("big", cores=2, memory="1GiB", processes=2),
