@@ -153,8 +153,8 @@ def test_the_prediction_of_an_epoch_weighs_shares_fixed_costs_and_synchronisatio
 
 def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_path):
     # Digits in 40 rounds an epoch on an in-process cluster: a round's synchronisation
-    # (about a millisecond) outweighs the compute it splits (about 20 rows a worker) by
-    # far enough that no machine's speed lifts the prediction to 1x.
+    # (about a millisecond) outweighs the compute it splits (about 20 rows a worker)
+    # several times over.
     log = tmp_path / "slow.jsonl"
     X, y = load_digits(return_X_y=True)
     clf = BPNNClassifier(
