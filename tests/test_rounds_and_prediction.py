@@ -12,7 +12,7 @@ from sklearn.datasets import load_digits
 
 from hmdspt import BPNNClassifier
 from hmdspt.core.rounds import SYNC_BUDGET, size_rounds
-from hmdspt.core.runlog import read_events
+from hmdspt.core.runlog import read_events, summarize
 
 
 def test_the_module_examples_hold():
@@ -151,6 +151,30 @@ def test_the_prediction_of_an_epoch_weighs_shares_fixed_costs_and_synchronisatio
         predict_epoch({"a": 1}, speeds, {}, 0.0, 1)
 
 
+def test_a_measured_efficiency_weighs_in_and_stretches_every_epoch_with_rounds():
+    from hmdspt.core.prediction import MEASURED_WEIGHT, predict_epoch
+
+    speeds = {"a": 4000.0, "b": 2000.0, "c": 1000.0}
+    shares = {"a": 30_000, "b": 20_000, "c": 20_000}
+    model = predict_epoch(shares, speeds, {"a": 0.1}, 0.2, 4)
+    assert model.model_efficiency == model.efficiency and model.measured_efficiency is None
+    for measured in (0.2, model.efficiency, 0.95):
+        p = predict_epoch(shares, speeds, {"a": 0.1}, 0.2, 4, measured_efficiency=measured)
+        weighed = (1 - MEASURED_WEIGHT) * model.efficiency + MEASURED_WEIGHT * measured
+        assert p.efficiency == pytest.approx(weighed)
+        assert p.model_efficiency == model.efficiency and p.measured_efficiency == measured
+        # The rounds' shortfall stretches every epoch with rounds alike; one process has none.
+        stretch = model.efficiency / p.efficiency
+        assert p.epoch_s == pytest.approx(stretch * model.epoch_s)
+        assert p.balanced_epoch_s == pytest.approx(stretch * model.balanced_epoch_s)
+        assert p.equal_shares_epoch_s == pytest.approx(stretch * model.equal_shares_epoch_s)
+        assert p.fastest_alone_epoch_s == model.fastest_alone_epoch_s
+        assert p.equal_shares_ratio == pytest.approx(model.equal_shares_ratio)
+        assert (p.speedup < model.speedup) == (measured < model.efficiency)
+    with pytest.raises(ValueError, match="measured_efficiency must be > 0"):
+        predict_epoch(shares, speeds, {}, 0.0, 1, measured_efficiency=0.0)
+
+
 def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_path):
     # Digits in 40 rounds an epoch on an in-process cluster: a round's synchronisation
     # (about a millisecond) outweighs the compute it splits (about 20 rows a worker)
@@ -172,6 +196,10 @@ def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_
     (prediction,) = [e for e in events if e["event"] == "prediction"]
     assert prediction["epoch"] == 2 and prediction["rounds_per_epoch"] == 40
     assert prediction["speedup"] < 1 and prediction["emulated"] is False
+    # The first epoch's efficiency, as the run log's summary measures it, is weighed in.
+    first = [e for e in events if e["event"] != "round" or e["epoch"] < 2]
+    assert prediction["measured_efficiency"] == pytest.approx(summarize(first)["efficiency"])
+    assert prediction["model_efficiency"] > 0
     assert {k: v for k, v in prediction.items() if k in clf.prediction_} == clf.prediction_
     (message,) = [str(m.message) for m in w if "predicted to train slower" in str(m.message)]
     assert f"speed-up {prediction['speedup']:.2f}x" in message and "\n" not in message

@@ -53,7 +53,7 @@ from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.prediction import predict_epoch
 from hmdspt.core.rounds import size_rounds
-from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
+from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
@@ -987,6 +987,15 @@ class Trainer:
         )
         return size.rounds_per_epoch
 
+    def _measured_efficiency(self, epoch: int) -> float | None:
+        """Parallel efficiency of the fit's rounds before ``epoch``, as its run log's
+        summary computes it (docs/design.md, "Definitions"); None without timed rounds."""
+        totals = RunTotals()
+        for r in self.history:
+            if r.epoch < epoch and r.workers:
+                totals.add({"event": "round", "wall_s": r.wall_s, "workers": r.workers})
+        return totals.summary(None)["efficiency"] or None
+
     def _predict(self, epoch: int, rounds_per_epoch: int) -> None:
         """Predict an epoch from the costs measured in ``epoch - 1`` (:func:`predict_epoch`),
         log it, and warn in one line when one process on the fastest worker would be faster."""
@@ -994,7 +1003,15 @@ class Trainer:
         if measured is None:
             return
         counts, speeds, fixed, sync_s = measured
-        p = predict_epoch(counts, speeds, fixed, sync_s, rounds_per_epoch, self.config.min_rows)
+        p = predict_epoch(
+            counts,
+            speeds,
+            fixed,
+            sync_s,
+            rounds_per_epoch,
+            self.config.min_rows,
+            measured_efficiency=self._measured_efficiency(epoch),
+        )
         fastest = self._names.get(p.fastest, str(p.fastest))
         self.prediction = dict(
             epoch=epoch,
@@ -1007,6 +1024,8 @@ class Trainer:
             fastest=fastest,
             speedup=p.speedup,
             efficiency=p.efficiency,
+            model_efficiency=p.model_efficiency,
+            measured_efficiency=p.measured_efficiency,
             # Speeds slowed in our code on one machine: labelled wherever they are shown.
             emulated=self.config.emulation is not None,
         )
