@@ -118,6 +118,9 @@ def prediction_check(events: list[dict]) -> dict:
     later = [e for e in events if e.get("event") != "round" or e["epoch"] >= p["epoch"]]
     return {
         "predicted": p["efficiency"],
+        # Its two parts (docs/design.md, "An honest answer"), to judge each against the fit.
+        "model_predicted": p.get("model_efficiency"),
+        "measured_before": p.get("measured_efficiency"),
         "speedup": p["speedup"],
         "measured": summarize(later)["efficiency"],
         "from_epoch": p["epoch"],
