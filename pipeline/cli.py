@@ -418,10 +418,19 @@ def _prediction_lines(prediction: dict | None) -> list[str]:
         return ["predicted: - (the fit ended before a second epoch)"]
     p = prediction
     emulated = " (heterogeneity emulated on one machine)" if p.get("emulated") else ""
+    from hmdspt.core.prediction import MEASURED_WEIGHT
+
+    measured = p.get("measured_efficiency")
+    weighed = (
+        ""
+        if measured is None
+        else f" (the cost model's {p['model_efficiency']:.2f}, the first epoch's "
+        f"measured {measured:.2f} weighed {MEASURED_WEIGHT:g})"
+    )
     return [
         f"predicted{emulated} from the first epoch's measured speeds and synchronisation "
         f"({1000 * p['sync_s']:.0f} ms in each of {p['rounds_per_epoch']} rounds an epoch): "
-        f"an epoch {p['epoch_s']:.3g} s, efficiency {p['efficiency']:.2f}",
+        f"an epoch {p['epoch_s']:.3g} s, efficiency {p['efficiency']:.2f}{weighed}",
         f"predicted{emulated}: equal shares on the same workers "
         f"{p['equal_shares_epoch_s']:.3g} s an epoch "
         f"({p['equal_shares_epoch_s'] / p['epoch_s']:.2f}x this fit's), balanced shares "

@@ -67,6 +67,11 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(emulat
     )
     assert f"speed-up of this fit {prediction['speedup']:.2f}x" in predicted[1]
     assert f"alone {prediction['fastest_alone_epoch_s']:.3g} s" in predicted[1]
+    assert (
+        f"efficiency {prediction['efficiency']:.2f} (the cost model's "
+        f"{prediction['model_efficiency']:.2f}, the first epoch's measured "
+        f"{prediction['measured_efficiency']:.2f} weighed 0.5)" in predicted[0]
+    )
 
 
 def test_train_worker_table_shows_utilisation_beside_idle(emulated_train):
