@@ -416,10 +416,10 @@ def _prediction_lines(prediction: dict | None) -> list[str]:
     """What the fit's second epoch was predicted to cost, labelled as predicted."""
     if not prediction:
         return ["predicted: - (the fit ended before a second epoch)"]
-    p = prediction
-    emulated = " (heterogeneity emulated on one machine)" if p.get("emulated") else ""
     from hmdspt.core.prediction import MEASURED_WEIGHT
 
+    p = prediction
+    emulated = " (heterogeneity emulated on one machine)" if p.get("emulated") else ""
     measured = p.get("measured_efficiency")
     weighed = (
         ""

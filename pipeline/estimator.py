@@ -1472,10 +1472,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         (the run log's ``prediction`` event): ``epoch_s`` (with the fit's shares),
         ``balanced_epoch_s``, ``equal_shares_epoch_s``, ``fastest_alone_epoch_s`` (one
         process on the ``fastest`` worker alone),
-        ``speedup`` (that over ``epoch_s``) and ``efficiency``, the mean of
-        ``model_efficiency`` (the cost model's) and ``measured_efficiency`` (the first
-        epoch's; docs/design.md, "An honest answer"). A speed-up under 1 is also warned
-        about (``RuntimeWarning``).
+        ``speedup`` (that over ``epoch_s``) and ``efficiency``: ``model_efficiency``
+        (the cost model's) and ``measured_efficiency`` (the first epoch's) weighed by
+        ``hmdspt.core.prediction.MEASURED_WEIGHT`` (docs/design.md, "An honest answer").
+        A speed-up under 1 is also warned about (``RuntimeWarning``).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
     run_log_path_ : pathlib.Path or None
@@ -1847,10 +1847,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         (the run log's ``prediction`` event): ``epoch_s`` (with the fit's shares),
         ``balanced_epoch_s``, ``equal_shares_epoch_s``, ``fastest_alone_epoch_s`` (one
         process on the ``fastest`` worker alone),
-        ``speedup`` (that over ``epoch_s``) and ``efficiency``, the mean of
-        ``model_efficiency`` (the cost model's) and ``measured_efficiency`` (the first
-        epoch's; docs/design.md, "An honest answer"). A speed-up under 1 is also warned
-        about (``RuntimeWarning``).
+        ``speedup`` (that over ``epoch_s``) and ``efficiency``: ``model_efficiency``
+        (the cost model's) and ``measured_efficiency`` (the first epoch's) weighed by
+        ``hmdspt.core.prediction.MEASURED_WEIGHT`` (docs/design.md, "An honest answer").
+        A speed-up under 1 is also warned about (``RuntimeWarning``).
     run_id_ : str
         After a fit on a cluster: the run's id in its run log.
     run_log_path_ : pathlib.Path or None
