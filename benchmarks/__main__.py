@@ -57,6 +57,7 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "worth": "benchmarks.bench_worth",  # issue 17's checks, emulated
     "worth-testbed": ("benchmarks.bench_worth", ("--cluster", "testbed")),  # needs root
     "faults": "benchmarks.bench_faults",
+    "straggler": "benchmarks.bench_straggler",  # emulated: a worker slowed 4x mid-fit
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
     "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root

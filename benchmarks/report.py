@@ -464,6 +464,12 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "Fits with killed, slowed and joining workers, a killed scheduler, and a killed "
                 "or interrupted driver.",
             ),
+            Part(
+                "straggler",
+                "A straggler mid-fit",
+                "The fastest worker's idle after a worker slows down 4x mid-fit and the shares "
+                "are re-balanced, beside equal shares (emulated).",
+            ),
             Part("monitor", "Monitor", "Loading and live-updating the monitoring app."),
         ),
     ),

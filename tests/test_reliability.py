@@ -79,7 +79,7 @@ def straggler_fit(tmp_path_factory):
     """A fit on speeds 2:1 whose fastest worker (worker-0) slows down 4x after round 3.
 
     Rounds last ~0.3-0.6 s of compute (50 features, 512-256 hidden units, 2 rounds per
-    epoch), so idle time is measured against real work, not scheduling overhead.
+    epoch), so the speeds are measured on real work, not on scheduling overhead.
     """
     log = tmp_path_factory.mktemp("straggler") / "run.jsonl"
     X, Y = _data(30000, 50)
@@ -116,24 +116,36 @@ def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
 
 
 @pytest.mark.alone
-def test_after_the_rebalance_the_fastest_worker_idles_at_most_ten_percent(straggler_fit):
+def test_after_the_rebalance_each_workers_rows_follow_its_measured_speed(straggler_fit):
+    """The balance that brings the fastest worker's idle back down. The idle fraction is a
+    speed, so ``python -m benchmarks.bench_straggler`` measures it (the same fit beside
+    equal shares); this checks the shares it comes from."""
     _, events, change = straggler_fit
-    fractions = fastest_idle_after(events, int(change["round"]) + 3)
-    print(f"fastest worker's idle fraction per round after the re-balance: {fractions.round(3)}")
-    # The median round: one round stalled by something else on a shared machine (a GC
-    # pause, a CI neighbour) must not decide; a balance that is off shows in most rounds.
-    assert np.median(fractions) <= 0.10, fractions
+    rows, speed = shares_after(events, int(change["round"]) + 3)
+    print(f"after the re-balance: rows {rows}, measured speed {speed}")
+    # Within 25 %, the bound the worth benchmarks hold shares to: a re-balance that would
+    # not pay over the rest of the fit leaves a few per cent. Left on the old shares (2:1
+    # rows at speeds 0.5:1), worker-0's row share would be twice its speed share.
+    for name in rows:
+        assert abs(rows[name] / speed[name] - 1) <= 0.25, (rows, speed)
 
 
-def fastest_idle_after(events: list[dict], first_round: int) -> np.ndarray:
-    """``idle_s / wall_s`` of the worker with the most rows, in each round > first_round."""
+def shares_after(events: list[dict], first_round: int) -> tuple[dict, dict]:
+    """Each worker's share of the rows and of the measured speed (rows over busy seconds)
+    summed over the rounds after ``first_round``."""
     rounds = [e for e in events if e["event"] == "round" and e["round"] > first_round]
     assert rounds, "no rounds after the re-balance window"
-    fractions = []
+    rows: dict[str, float] = {}
+    busy: dict[str, float] = {}
     for e in rounds:
-        fastest = max(e["workers"], key=lambda w: e["workers"][w]["rows"])
-        fractions.append(e["workers"][fastest]["idle_s"] / e["wall_s"])
-    return np.array(fractions)
+        for name, w in e["workers"].items():
+            rows[name] = rows.get(name, 0.0) + w["rows"]
+            busy[name] = busy.get(name, 0.0) + w["busy_s"]
+    speed = {name: rows[name] / busy[name] for name in rows}
+    return (
+        {name: round(r / sum(rows.values()), 4) for name, r in rows.items()},
+        {name: round(v / sum(speed.values()), 4) for name, v in speed.items()},
+    )
 
 
 def _victim_address(events: list[dict]) -> str:
