@@ -1,20 +1,53 @@
-"""The hmdspt command line, run as a user runs it (a subprocess)."""
+"""The hmdspt command line: its ``main()`` in this process, as ``python -m hmdspt`` calls it,
+and as a user runs it (a subprocess) where the process is what is tested: the exit code of
+a usage error and the lines ``hmdspt compare`` prints as each run ends.
 
+The entry points themselves (``hmdspt``, ``python -m hmdspt``) are tested in
+``tests/test_layers.py`` and ``tests/test_packaging.py``.
+"""
+
+import contextlib
+import io
 import re
 import subprocess
 import sys
+import warnings
+from dataclasses import dataclass
 
 import pytest
+
+from hmdspt.cli import main
 
 pytestmark = pytest.mark.heavy
 
 
-def _hmdspt(*args, timeout=300):
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _hmdspt(*args: str) -> Result:
+    """``hmdspt ARGS`` run by its ``main()`` in this process (no interpreter to start)."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def _hmdspt_process(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``hmdspt ARGS`` as a user runs it: a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "hmdspt", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        [sys.executable, "-m", "hmdspt", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -116,7 +149,7 @@ def test_train_with_data_file_and_missing_target(tmp_path):
 
 def test_a_bad_value_exits_2_with_one_line():
     # The other usage errors run in-process (tests/test_cli_conventions.py): same main().
-    result = _hmdspt("train", "--epochs", "0")
+    result = _hmdspt_process("train", "--epochs", "0")
     assert result.returncode == 2
     assert "expected a positive integer" in result.stderr.splitlines()[-1]
     assert "Traceback" not in result.stderr

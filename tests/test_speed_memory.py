@@ -119,12 +119,13 @@ def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, d
     assert all(m is None for m in client.run(remembered_speed, _key(data), 0.0).values())
     assert all(m is None for m in client.run(remembered_speed, _key(data, (64,)), 600.0).values())
 
-    _, events = _fit(client, data, tmp_path / "off.jsonl", reuse_speeds_s=0)
+    # Each of these only has to start (its scores say where its speeds came from).
+    _, events = _fit(client, data, tmp_path / "off.jsonl", epochs=1, reuse_speeds_s=0)
     assert {e["source"] for e in _scores(events)} == {"probe"}
-    _, events = _fit(client, data, tmp_path / "shape.jsonl", hidden=(128, 128))
+    _, events = _fit(client, data, tmp_path / "shape.jsonl", epochs=1, hidden=(128, 128))
     assert {e["source"] for e in _scores(events)} == {"probe"}
     assert sum(client.run(forget_speeds).values()) >= 2
-    _, events = _fit(client, data, tmp_path / "forgotten.jsonl")
+    _, events = _fit(client, data, tmp_path / "forgotten.jsonl", epochs=1)
     assert {e["source"] for e in _scores(events)} == {"probe"}
 
 
