@@ -257,6 +257,34 @@ def test_rewriting_a_subset_keeps_the_results_file_as_it_was():
     assert "```\n\n## idle" in text and "\n\n\n" not in text
 
 
+# -- the straggler benchmark's figures (benchmarks/bench_straggler.py; no cluster) ------
+
+
+def test_straggler_idle_is_the_fastest_workers_summed_over_the_rounds_after_the_window():
+    from benchmarks.bench_straggler import REBALANCE_WINDOW, after_change
+
+    def round_(n, w0, w1, wall):  # (rows, busy_s, idle_s) of each worker
+        workers = {
+            name: {"rows": r, "busy_s": b, "idle_s": i}
+            for name, (r, b, i) in (("worker-0", w0), ("worker-1", w1))
+        }
+        return {"event": "round", "round": n, "wall_s": wall, "workers": workers}
+
+    changed = 3
+    events = [round_(n, (200, 1.0, 0.0), (100, 0.2, 0.8), 1.0) for n in range(1, 7)] + [
+        # worker-1 is now the faster (100 rows/s against 50): its idle is the one judged,
+        # though worker-0 has the more rows in the first of these rounds.
+        round_(changed + REBALANCE_WINDOW + 1, (60, 1.2, 0.0), (50, 0.5, 0.7), 1.2),
+        round_(changed + REBALANCE_WINDOW + 2, (40, 0.8, 0.2), (100, 1.0, 0.0), 1.0),
+    ]
+    r = after_change(events, changed)
+    assert r["rounds"] == 2 and r["fastest"] == "worker-1"
+    assert r["idle"] == pytest.approx(0.7 / 2.2)
+    assert r["median"] == pytest.approx((0.7 / 1.2 + 0.0) / 2)
+    assert r["row_share"] == pytest.approx(100 / 250)
+    assert r["speed_share"] == pytest.approx(50 / 150)
+
+
 # -- the faults benchmark's verdicts (benchmarks/bench_faults.py; no cluster) ------------
 
 
