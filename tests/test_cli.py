@@ -2,8 +2,8 @@
 and as a user runs it (a subprocess) where the process is what is tested: the exit code of
 a usage error and the lines ``hmdspt compare`` prints as each run ends.
 
-The entry points themselves (``hmdspt``, ``python -m hmdspt``) are tested in
-``tests/test_layers.py`` and ``tests/test_packaging.py``.
+The entry points themselves (``python -m hmdspt`` run, the ``hmdspt`` script's declaration
+in the installed distribution) are tested in ``tests/test_layers.py``.
 """
 
 import contextlib
