@@ -33,7 +33,7 @@ from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
 from hmdspt.core.nn import MLP
-from hmdspt.core.runlog import read_events
+from hmdspt.core.runlog import read_events, summarize
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -57,13 +57,9 @@ def after_change(events: list[dict], changed_at: int) -> dict[str, float]:
     rounds = [
         e for e in events if e["event"] == "round" and e["round"] > changed_at + REBALANCE_WINDOW
     ]
-    rows: dict[str, float] = {}
-    busy: dict[str, float] = {}
-    for e in rounds:
-        for name, w in e["workers"].items():
-            rows[name] = rows.get(name, 0.0) + w["rows"]
-            busy[name] = busy.get(name, 0.0) + w["busy_s"]
-    speed = {name: rows[name] / busy[name] for name in rows}
+    workers = summarize(rounds)["workers"]  # rows, and mean_speed: Σ rows / Σ busy
+    rows = {name: w["rows"] for name, w in workers.items()}
+    speed = {name: w["mean_speed"] for name, w in workers.items()}
     fastest = max(speed, key=speed.get)  # by measured speed: equal shares tie on rows
     idle = sum(e["workers"][fastest]["idle_s"] for e in rounds)
     wall = sum(e["wall_s"] for e in rounds)

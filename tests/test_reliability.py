@@ -17,7 +17,7 @@ from distributed import Client
 from sklearn.datasets import make_classification
 
 from hmdspt.core.nn import MLP
-from hmdspt.core.runlog import read_events
+from hmdspt.core.runlog import read_events, summarize
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -135,13 +135,9 @@ def shares_after(events: list[dict], first_round: int) -> tuple[dict, dict]:
     summed over the rounds after ``first_round``."""
     rounds = [e for e in events if e["event"] == "round" and e["round"] > first_round]
     assert rounds, "no rounds after the re-balance window"
-    rows: dict[str, float] = {}
-    busy: dict[str, float] = {}
-    for e in rounds:
-        for name, w in e["workers"].items():
-            rows[name] = rows.get(name, 0.0) + w["rows"]
-            busy[name] = busy.get(name, 0.0) + w["busy_s"]
-    speed = {name: rows[name] / busy[name] for name in rows}
+    workers = summarize(rounds)["workers"]  # rows, and mean_speed: Σ rows / Σ busy
+    rows = {name: w["rows"] for name, w in workers.items()}
+    speed = {name: w["mean_speed"] for name, w in workers.items()}
     return (
         {name: round(r / sum(rows.values()), 4) for name, r in rows.items()},
         {name: round(v / sum(speed.values()), 4) for name, v in speed.items()},
