@@ -6,7 +6,8 @@ On the in-code emulation (``local_cluster(speeds=(2, 1))``; heterogeneity is EMU
 one machine): 30,000 synthetic rows x 50 features, MLP 50-512-256-3, 2 rounds an epoch, 8
 epochs. Once three rounds are logged, worker-0 (the fast one) has its emulated slowdown
 multiplied by 4, so it becomes half as fast as worker-1. Each run fits with
-``partition="proportional"`` and then ``"equal"`` on one cluster. Printed per fit, over the
+``partition="proportional"`` and then ``"equal"``, each fit on a fresh cluster (the workers'
+speed memory would carry one fit's straggler into the next). Printed per fit, over the
 rounds after the change's round plus three (the window the re-balance has): the fastest
 worker's idle fraction as DESIGN defines it (its idle over the rounds' wall, summed), the
 median of its per-round fractions, and worker-0's share of rows beside its share of the
@@ -57,17 +58,15 @@ def after_change(events: list[dict], changed_at: int) -> dict[str, float]:
     rounds = [
         e for e in events if e["event"] == "round" and e["round"] > changed_at + REBALANCE_WINDOW
     ]
-    workers = summarize(rounds)["workers"]  # rows, and mean_speed: Σ rows / Σ busy
+    workers = summarize(rounds)["workers"]  # rows, mean_speed (Σ rows / Σ busy), idle_fraction
     rows = {name: w["rows"] for name, w in workers.items()}
     speed = {name: w["mean_speed"] for name, w in workers.items()}
     fastest = max(speed, key=speed.get)  # by measured speed: equal shares tie on rows
-    idle = sum(e["workers"][fastest]["idle_s"] for e in rounds)
-    wall = sum(e["wall_s"] for e in rounds)
     per_round = [e["workers"][fastest]["idle_s"] / e["wall_s"] for e in rounds]
     return {
         "rounds": len(rounds),
         "fastest": fastest,
-        "idle": idle / wall,
+        "idle": workers[fastest]["idle_fraction"],  # Σ idle / Σ wall, as DESIGN defines it
         "median": statistics.median(per_round),
         "row_share": rows["worker-0"] / sum(rows.values()),
         "speed_share": speed["worker-0"] / sum(speed.values()),
@@ -125,8 +124,6 @@ def main(argv=None) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(1, args.runs + 1):
             for partition in ("proportional", "equal"):
-                # A fresh cluster a fit: the workers' speed memory would carry the straggler
-                # of one fit into the next one's first shares.
                 with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as client:
                     log = Path(tmp) / f"{run}-{partition}.jsonl"
                     r = straggler_fit(client, cluster, partition, log)
