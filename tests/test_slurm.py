@@ -203,7 +203,9 @@ def test_two_pools_on_slurm_train_with_rows_following_scores(slurm_up, tmp_path)
     assert not set(job_ids.values()) & _squeue_ids()
 
 
-def _fit_losing_small(client, tmp_path: Path, trigger, max_iter: int) -> tuple[str, float]:
+def _fit_losing_small(
+    client, tmp_path: Path, trigger, max_iter: int, max_seconds: float | None = None
+) -> tuple[str, float]:
     """Fit while pool ``small`` loses its worker; check the loss is reported, not hung on.
 
     ``trigger()`` runs in a thread once round 1 is logged. A trainer without recovery must
@@ -222,6 +224,7 @@ def _fit_losing_small(client, tmp_path: Path, trigger, max_iter: int) -> tuple[s
         random_state=0,
         client=client,
         run_log=run_log,
+        max_seconds=max_seconds,
     )
     fired: dict[str, float] = {}
 
@@ -309,10 +312,13 @@ def test_scancel_of_a_pool_job_mid_fit_is_reported_and_does_not_hang(slurm_up, t
 @pytest.mark.timeout(120)
 def test_worker_lifetime_before_walltime_is_reported_and_does_not_hang(slurm_up, tmp_path):
     # dask-jobqueue's advice for walltimes: let workers retire themselves a little before
-    # it (``--lifetime``); here 8 s after start, i.e. during the fit (~20 s).
+    # it (``--lifetime``); here 8 s after start, i.e. during the fit, which trains for 20 s
+    # whatever the machine's speed (300 epochs, as before, took 6.9 s here by 2026-12-03).
     pools = _pools(worker_extra_args=["--lifetime", "8s"])
     cluster = _start(tmp_path, pools)
     assert "--lifetime 8s" in cluster.job_script("small")
     with cluster, Client(cluster) as client:
-        outcome, took = _fit_losing_small(client, tmp_path, lambda: None, max_iter=300)
+        outcome, took = _fit_losing_small(
+            client, tmp_path, lambda: None, max_iter=10**6, max_seconds=20.0
+        )
     print(f"--lifetime 8s: {outcome} after {took:.1f} s")  # a hang: the timeout
