@@ -4,7 +4,9 @@ On ``local_cluster(speeds=(4, 2, 1))`` (heterogeneity EMULATED on one machine), 
 (5 categories), the smartphone activity windows, ``hmdspt train``'s embedded default and
 digits: the full method, then without proportional partitioning (equal shares), without
 the step-normalised merge (plain row-weighted average), without block momentum, probing
-the speeds instead of starting from those the workers remember, without the warm start,
+the speeds instead of starting from those the workers remember (where the probe pays: a
+smaller fit starts from its first round's timings, ``hmdspt.core.speed.probe_pays``;
+``benchmarks.bench_probe_rule`` measures that rule), without the warm start,
 without the ramp rounds, and with top-k 10 % compression added. Prints time to the target
 accuracy (full method's final accuracy minus 1 point) from the fit call, final accuracy,
 the fastest worker's idle % and the efficiency for each; a mechanism that does not help

@@ -7,15 +7,18 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 
 from benchmarks._common import busy_cpu_seconds, own_cpu_seconds
-from hmdspt.core.speed import OnlineScorer, ProbeResult, chunk_speed
+from hmdspt.core.nn import training_speed
+from hmdspt.core.runlog import read_events
+from hmdspt.core.speed import OnlineScorer, ProbeResult, chunk_speed, probe_pays
 from hmdspt.parallel import worker
 from hmdspt.parallel.client import scheduler_workers
-from hmdspt.parallel.scoring import probe_workers, score_workers
+from hmdspt.parallel.scoring import PROBE_MIN_S, probe_workers, score_workers
 from hmdspt.parallel.worker import probe_task
 
 LAYERS = (100, 128, 64, 10)  # the simulator's reference shape
@@ -237,6 +240,51 @@ def test_probe_task_checks_its_settings():
 
 
 # ---------------------------------------------------------------- probe on a real cluster
+
+
+# ------------------------------------------------------------- when the probe can pay
+def test_the_probe_pays_only_when_an_epochs_share_outlasts_its_least_time():
+    # 10,000 rows on 2 workers at 50,000 rows/s: 0.1 s an epoch each.
+    assert not probe_pays(10_000, 2, 50_000.0, probe_min_s=0.1)
+    assert probe_pays(10_002, 2, 50_000.0, probe_min_s=0.1)
+    assert probe_pays(10_000, 1, 50_000.0, probe_min_s=0.1)  # one worker holds them all
+    for bad in ((10, 0, 1.0), (10, 2, 0.0), (10, 2, float("nan"))):
+        with pytest.raises(ValueError, match="rows_per_s > 0 and n_workers >= 1"):
+            probe_pays(*bad, probe_min_s=0.1)
+
+
+def test_training_speed_times_steps_of_the_network_shape():
+    speed = training_speed((20, 16, 3), 64, budget_s=0.005)
+    assert math.isfinite(speed) and speed > 0
+    regression = training_speed((20, 16, 1), 64, out_activation="identity", budget_s=0.005)
+    assert math.isfinite(regression) and regression > 0
+
+
+def test_a_fit_too_small_for_the_probe_to_pay_starts_on_equal_shares(client, tmp_path):
+    """No probe: the log says why, the rows start equal, the rounds measure the workers."""
+    from sklearn.datasets import make_classification
+
+    from hmdspt import BPNNClassifier
+
+    X, y = make_classification(
+        n_samples=2000, n_features=10, n_informative=5, n_classes=3, random_state=0
+    )
+    log = tmp_path / "fit.jsonl"
+    clf = BPNNClassifier(
+        (16,), client=client, max_iter=3, rounds_per_epoch=2, random_state=0, run_log=log
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # too short to converge; slower than one process
+        clf.fit(X, y)
+    events = read_events(log)
+    assert not [e for e in events if e["event"] == "score" and e["source"] == "probe"]
+    first = next(e for e in events if e["event"] == "partition")
+    assert first["round"] == 0
+    assert first["unprobed"]["probe_min_s"] == PROBE_MIN_S
+    assert 0 < first["unprobed"]["epoch_share_s"] <= PROBE_MIN_S
+    rows = list(first["rows"].values())
+    assert len(rows) == 2 and max(rows) - min(rows) <= 1
+    assert all(w["score"] > 0 for w in clf.training_report_.values())  # measured online
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,10 @@ def _fit(client, data, log, hidden=HIDDEN, epochs=3, batch_size=128, **config):
     model = MLP((X.shape[1], *hidden, Y.shape[1]))
     model.initialize(np.random.RandomState(0))
     config.setdefault("rounds_per_epoch", 2)
+    # A fixed probe: at 20,000 rows a worker these fits sit at the size below which a fit
+    # skips the adaptive probe (hmdspt.core.speed.probe_pays, at the driver's measured
+    # speed), and what these tests check is what replaces a probe.
+    config.setdefault("probe_seconds", 0.2)
     trainer = Trainer(
         client,
         model,

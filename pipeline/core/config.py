@@ -70,13 +70,15 @@ class TrainerConfig:
         Most ramp rounds (each costs one synchronisation).
     probe_seconds : float or None
         None: an adaptive probe that stops when each worker's speed is known to 5 %
-        (capped by the data set's size, see :func:`hmdspt.parallel.scoring.score_workers`); a
-        number: a fixed probe of that many seconds.
+        (capped by the data set's size, see :func:`hmdspt.parallel.scoring.score_workers`),
+        skipped by a re-balancing policy when an epoch is shorter than the probe
+        (:func:`hmdspt.core.speed.probe_pays`); a number: a fixed probe of that many
+        seconds, always run.
     reuse_speeds_s : float
         ``partition="proportional"``: when every worker remembers its speed from a fit
         of the same model shape whose last round ended at most this many seconds ago
         (:func:`hmdspt.parallel.worker.remembered_speed`), those speeds replace the probe;
-        0 always probes.
+        0 never uses them.
     cost_window_s : float
         Busy seconds over which the round cost model measures a worker before it fits a
         point (rounds are added up until then): three periods of the Linux CFS default,

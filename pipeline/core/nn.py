@@ -17,6 +17,7 @@ batch size so the training loop allocates nothing per mini-batch.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +33,7 @@ __all__ = [
     "divergence_message",
     "minibatch_pass",
     "split_weights",
+    "training_speed",
     "weighted_targets",
 ]
 
@@ -800,3 +802,54 @@ def divergence_message(loss_curve: Sequence[float]) -> str | None:
                 f"first epoch's {first:.3g}; lower learning_rate_init"
             )
     return None
+
+
+def training_speed(
+    layer_sizes: Sequence[int],
+    batch_size: int,
+    *,
+    hidden_activation: str = "relu",
+    out_activation: str = "softmax",
+    dtype=np.float32,
+    budget_s: float = 0.02,
+    seed: int = 0,
+) -> float:
+    """Rows per second this process trains a network of ``layer_sizes`` at.
+
+    Mini-batch steps on synthetic rows, timed until ``budget_s`` has passed (at least one
+    step). The first step's allocations are inside the time, so a network whose one step
+    outlasts the budget reads a little slow.
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        Units per layer, input first.
+    batch_size : int
+        Rows per step.
+    hidden_activation, out_activation : str
+        As in :class:`MLP`.
+    dtype : numpy dtype, default=np.float32
+        Of the parameters and rows.
+    budget_s : float, default=0.02
+        Seconds to time steps for.
+    seed : int, default=0
+        Seed of the weights and rows.
+
+    Returns
+    -------
+    rows_per_s : float
+    """
+    model = MLP(layer_sizes, hidden_activation, out_activation, dtype=dtype)
+    model.initialize(np.random.RandomState(seed))
+    X = np.random.default_rng(seed).standard_normal((batch_size, model.layer_sizes[0]))
+    X = X.astype(model.dtype)
+    Y = np.zeros((batch_size, model.layer_sizes[-1]), dtype=model.dtype)
+    Y[:, 0] = 1
+    steps, start = 0, time.perf_counter()
+    while True:
+        model.loss_and_grad(X, Y)
+        model.params -= model.dtype.type(1e-3) * model.grad  # an SGD step's memory traffic
+        steps += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= budget_s:
+            return steps * batch_size / elapsed

@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PROBE_ESTIMATORS", "OnlineScorer", "ProbeResult", "WorkerEstimate", "chunk_speed"]
+__all__ = [
+    "PROBE_ESTIMATORS",
+    "OnlineScorer",
+    "ProbeResult",
+    "WorkerEstimate",
+    "chunk_speed",
+    "probe_pays",
+]
 
 
 @dataclass
@@ -404,3 +411,32 @@ def chunk_speed(
         return speed, math.inf, int(t.size - n)
     tk = t[keep]
     return speed, float(tk.std(ddof=1) / math.sqrt(n) / tk.mean()), int(t.size - n)
+
+
+def probe_pays(n_rows: int, n_workers: int, rows_per_s: float, probe_min_s: float) -> bool:
+    """Whether probing the workers before round one can pay for itself.
+
+    Only when one epoch of a worker's equal share, at ``rows_per_s``, takes longer than the
+    probe's least busy time. A shorter epoch's first round measures every worker on real
+    rows in less time than the probe would take, and the first re-balance follows it.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows of the training set.
+    n_workers : int
+        Workers that will share them.
+    rows_per_s : float
+        A worker's speed, or an estimate of it (the driver's, before anything is measured).
+    probe_min_s : float
+        Least busy seconds of the probe on every worker.
+
+    Returns
+    -------
+    bool
+    """
+    if not (rows_per_s > 0 and n_workers >= 1):
+        raise ValueError(
+            f"need rows_per_s > 0 and n_workers >= 1, got {rows_per_s!r}, {n_workers!r}"
+        )
+    return n_rows / n_workers / rows_per_s > probe_min_s

@@ -12,8 +12,10 @@ import math
 import time
 from typing import Any
 
+from hmdspt.core.nn import training_speed
+from hmdspt.core.speed import probe_pays
 from hmdspt.parallel.rebalance import rebalance
-from hmdspt.parallel.scoring import score_workers
+from hmdspt.parallel.scoring import PROBE_MIN_S, score_workers
 from hmdspt.parallel.worker import remembered_speed, speed_key
 
 __all__ = ["Placement"]
@@ -39,8 +41,15 @@ class Placement:
 
     def measure_speeds(self, n_rows: int, addresses: list[str]) -> None:
         """Every worker's speed, from the state resumed, the workers' speed memory or a
-        probe (the first of these that has them all), into the scorer and the log."""
+        probe (the first of these that has them all), into the scorer and the log.
+
+        The adaptive probe is skipped when it cannot pay (:func:`hmdspt.core.speed.probe_pays`
+        at the driver's speed) and the policy re-balances: the rows then start on equal
+        shares, the first round's timings score the workers and the first re-balance
+        follows them; ``trainer.unprobed`` says why, for the log.
+        """
         t = self.trainer
+        t.unprobed = None
         if t._resumed and all(t.scorer.estimates[a].n_updates for a in addresses):
             # Every worker's speed came back with the checkpoint: no probe needed.
             for addr in addresses:  # measured online before the restart
@@ -61,6 +70,23 @@ class Placement:
                     from_run_id=memory["run_id"],
                 )
             return
+        # Skipped only by a policy that re-balances (the first re-balance brings the shares
+        # the probe would have set) and not when a fixed probe is asked for.
+        if t.partition_policy.rebalances and t.config.probe_seconds is None:
+            model = t.model
+            driver_speed = training_speed(
+                model.layer_sizes,
+                t.batch_size,
+                hidden_activation=model.hidden_activation,
+                out_activation=model.out_activation,
+                dtype=model.dtype,
+            )
+            if not probe_pays(n_rows, len(addresses), driver_speed, PROBE_MIN_S):
+                t.unprobed = {
+                    "epoch_share_s": n_rows / len(addresses) / driver_speed,
+                    "probe_min_s": PROBE_MIN_S,
+                }
+                return
         probe = score_workers(
             t.client,
             t.model.layer_sizes,

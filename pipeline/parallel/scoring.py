@@ -19,7 +19,10 @@ from hmdspt.core.speed import ProbeResult
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.worker import probe_task
 
-__all__ = ["probe_workers", "score_workers"]
+__all__ = ["PROBE_MIN_S", "probe_workers", "score_workers"]
+
+#: The adaptive probe's least busy seconds on every worker.
+PROBE_MIN_S = 0.1
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ def probe_workers(
     seconds: float | None = None,
     batch_size: int = 256,
     *,
-    min_seconds: float = 0.1,
+    min_seconds: float = PROBE_MIN_S,
     max_seconds: float = 2.0,
     rel_tol: float = 0.05,
     n_rows_total: int | None = None,

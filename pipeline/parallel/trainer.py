@@ -227,6 +227,8 @@ class Trainer:
         )
         self.staged: shards.StagedData | None = None
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
+        # Set when the probe was skipped as unable to pay (Placement.measure_speeds).
+        self.unprobed: dict[str, float] | None = None
         # The first epoch's until fit knows the rows (bsp's) or has sized an epoch (auto).
         self._rounds_per_epoch = self.sync_strategy.rounds_per_epoch(1, self.batch_size, config)
         self.log: RunLogWriter | None = None
@@ -491,7 +493,8 @@ class Trainer:
             )
             staging_s = time.perf_counter() - t0
             self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
-            self._log_partition(self.round_index, [], staging_s)
+            skipped = {"unprobed": self.unprobed} if self.unprobed else {}
+            self._log_partition(self.round_index, [], staging_s, **skipped)
             lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
             if lost:
                 self._recover(lost)  # raises when nobody is left

@@ -79,6 +79,9 @@ def real_fit(
                 max_iter=epochs,
                 rounds_per_epoch=rounds_per_epoch,
                 partition=partition,
+                # A fit this small would skip the adaptive probe (it cannot pay:
+                # hmdspt.core.speed.probe_pays); the monitor's tests read every event type.
+                trainer_options={"probe_seconds": 0.1} if partition == "proportional" else None,
                 early_stopping=True,  # holds out a validation split (scores per round)
                 n_iter_no_change=epochs + 1,  # ... without stopping this short fit early
                 run_log=str(path),
