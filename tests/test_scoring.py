@@ -285,6 +285,9 @@ def test_a_fit_too_small_for_the_probe_to_pay_starts_on_equal_shares(client, tmp
     rows = list(first["rows"].values())
     assert len(rows) == 2 and max(rows) - min(rows) <= 1
     assert all(w["score"] > 0 for w in clf.training_report_.values())  # measured online
+    # The log has the speeds the rounds measured, once, whether or not rows moved.
+    online = {e["worker"] for e in events if e["event"] == "score" and e["source"] == "online"}
+    assert online == set(first["rows"])
 
 
 @pytest.fixture(scope="module")

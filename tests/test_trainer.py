@@ -124,7 +124,16 @@ def test_cluster_fit_logs_every_round_and_reports_per_worker(client, data, tmp_p
     per_epoch = [sum(e.get("epoch") == k for e in events if e["event"] == "round") for k in (1, 2)]
     # 2 epochs of 2 rounds; the first opens with the ramp rounds the speeds call for.
     assert per_epoch[1] == 2 and 2 <= per_epoch[0] <= 2 + 5, per_epoch
-    assert {"score", "partition"} <= set(kinds)
+    # Speeds from a probe before round one, or, for a fit too small for one to pay, from
+    # its first rounds: either way the log has every worker's.
+    first = next(e for e in events if e["event"] == "partition")
+    scored: dict[str, dict] = {}  # each worker's first score
+    for e in events:
+        if e["event"] == "score":
+            scored.setdefault(e["worker"], e)
+    assert set(scored) == {"worker-0", "worker-1"}
+    probed = {e["source"] == "probe" and e["round"] == 0 for e in scored.values()}
+    assert probed == {"unprobed" not in first}, (first, scored)
     rounds = [e for e in events if e["event"] == "round"]
     for r in rounds:
         assert set(r["workers"]) == {"worker-0", "worker-1"}

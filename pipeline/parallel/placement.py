@@ -151,6 +151,18 @@ class Placement:
             move_cost=t.move_cost.seconds,
         )
         if not moves:
+            if t.unprobed is not None and not t.speeds_logged:
+                # Not probed: the log gets the speeds once the rounds have measured them,
+                # whether or not they move rows.
+                if all(t.scorer.is_measured(a) for a in members):
+                    for addr in members:
+                        self.log_score(
+                            addr,
+                            speeds[addr],
+                            "online",
+                            uncertainty=self._uncertainty(addr),
+                            fixed_s=fixed[addr],
+                        )
             return
         start = time.perf_counter()
         try:
@@ -188,6 +200,7 @@ class Placement:
     ) -> None:
         """Write a worker's speed to the run log (``round_``: the current round if None)."""
         t = self.trainer
+        t.speeds_logged = True
         t._log(
             "score",
             round=t.round_index if round_ is None else round_,

@@ -229,6 +229,7 @@ class Trainer:
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         # Set when the probe was skipped as unable to pay (Placement.measure_speeds).
         self.unprobed: dict[str, float] | None = None
+        self.speeds_logged = False  # whether a score event was written (Placement.log_score)
         # The first epoch's until fit knows the rows (bsp's) or has sized an epoch (auto).
         self._rounds_per_epoch = self.sync_strategy.rounds_per_epoch(1, self.batch_size, config)
         self.log: RunLogWriter | None = None
