@@ -155,14 +155,7 @@ class Placement:
                 # Not probed: the log gets the speeds once the rounds have measured them,
                 # whether or not they move rows.
                 if all(t.scorer.is_measured(a) for a in members):
-                    for addr in members:
-                        self.log_score(
-                            addr,
-                            speeds[addr],
-                            "online",
-                            uncertainty=self._uncertainty(addr),
-                            fixed_s=fixed[addr],
-                        )
+                    self._log_online_scores(members, speeds, fixed)
             return
         start = time.perf_counter()
         try:
@@ -177,6 +170,11 @@ class Placement:
             return
         seconds = time.perf_counter() - start
         t.move_cost.observe(sum(m.rows for m in moves), seconds)
+        self._log_online_scores(members, speeds, fixed)
+        self.log_partition(t.round_index, moves, seconds)
+
+    def _log_online_scores(self, members: list[str], speeds: dict, fixed: dict) -> None:
+        """Write the speeds a plan used, with their fixed costs, to the run log."""
         for addr in members:
             self.log_score(
                 addr,
@@ -185,7 +183,6 @@ class Placement:
                 uncertainty=self._uncertainty(addr),
                 fixed_s=fixed[addr],
             )
-        self.log_partition(t.round_index, moves, seconds)
 
     def _uncertainty(self, addr: str) -> float | None:
         """Relative standard deviation of ``addr``'s speed, None while unknown."""
