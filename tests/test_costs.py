@@ -294,3 +294,43 @@ def test_a_quota_throttled_worker_is_not_starved_by_the_waits_of_its_period(roun
     counts, _ = model.shares(round_rows)
     # A quarter core next to a whole one: a fifth of the rows by quota; at least half that.
     assert counts["quarter core"] >= 0.1 * round_rows, counts
+
+
+def test_the_fixed_cost_is_held_at_the_time_the_worker_measured_outside_its_steps():
+    """The rounds of an emulated 4:2:1 fit's slowest worker (KDD, 41-64-32-5, a run log
+    of 2026-12-03): slower per row in epoch 1's large rounds than in epoch 2's small ones.
+    The regression reads that as a fixed cost of about 22 ms a round (the same worker
+    measured 1-2 ms outside its steps in a later fit) and predicts its small rounds half as
+    long again as they took, so the shares under-load it. Held at the time the worker
+    measured outside its steps, the fixed cost stays small and the prediction near the
+    rounds measured."""
+    probe_speed = 204_988.77
+    rounds = [(20_715, 0.1247), (20_715, 0.1782), (18_116, 0.1106), (18_115, 0.1279)]
+    rounds += [(8_051, 0.0453), (8_051, 0.0397)]
+    predicted = {}
+    for outside in (None, 0.002):
+        model = RoundCostModel()
+        model.observe_probe("slow", probe_speed, 1.0)
+        for rows, busy in rounds:
+            model.observe("slow", rows, busy, 0.01, outside)
+        predicted[outside] = model.fixed_s("slow") + 8_051 / model.speed("slow")
+        if outside is None:
+            assert model.fixed_s("slow") > 0.01  # the failure this guards against
+        else:
+            assert model.fixed_s("slow") <= outside
+    measured = (0.0453 + 0.0397) / 2
+    assert predicted[None] > 1.4 * measured
+    assert predicted[0.002] < 1.2 * measured
+
+
+def test_a_time_outside_the_steps_that_is_missing_or_not_a_number_changes_nothing():
+    with_bad, without = RoundCostModel(min_window_s=0.0), RoundCostModel(min_window_s=0.0)
+    for rows, busy, outside in (
+        (1000, 0.03, float("nan")),
+        (4000, 0.06, -1.0),
+        (2000, 0.04, None),
+    ):
+        with_bad.observe("a", rows, busy, None, outside)
+        without.observe("a", rows, busy)
+    assert with_bad.fixed_s("a") == without.fixed_s("a") > 0.01
+    assert math.isnan(with_bad.workers["a"].outside_steps_s)
