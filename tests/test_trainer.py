@@ -139,8 +139,6 @@ def test_cluster_fit_logs_every_round_and_reports_per_worker(client, data, tmp_p
         assert set(r["workers"]) == {"worker-0", "worker-1"}
         for w in r["workers"].values():
             assert w["idle_s"] >= 0 and w["busy_s"] > 0
-            # The busy time outside the rows' steps, which caps the fitted fixed cost.
-            assert 0 <= w["outside_steps_s"] <= w["busy_s"]
     assert set(clf.training_report_) == {"worker-0", "worker-1"}
     for w in clf.training_report_.values():
         assert {"rows", "busy_s", "idle_s", "idle_fraction", "score"} <= set(w)

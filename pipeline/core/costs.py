@@ -147,10 +147,6 @@ class WorkerCost:
     least_busy_s : float
         The shortest busy time of any one round observed: no cost paid in every round can
         be longer (inf before a round).
-    outside_steps_s : float
-        Exponentially weighted seconds per round that the worker measured outside its
-        computation of the rows (nan until a round reports it): the fixed cost is at most
-        this.
     """
 
     xtx: np.ndarray = field(default_factory=lambda: np.zeros((2, 2)))
@@ -163,7 +159,6 @@ class WorkerCost:
     round_sizes: list[float] = field(default_factory=lambda: [math.inf, 0.0])
     shifted: list[tuple[float, float, float, int]] = field(default_factory=list)
     least_busy_s: float = math.inf
-    outside_steps_s: float = math.nan
 
 
 class RoundCostModel:
@@ -257,23 +252,20 @@ class RoundCostModel:
             self._fit(self._cost(worker), 0.0, float(rows), float(busy_s))
 
     def observe(
-        self,
-        worker: Hashable,
-        rows: float,
-        busy_s: float,
-        comm_s: float | None = None,
-        outside_steps_s: float | None = None,
+        self, worker: Hashable, rows: float, busy_s: float, comm_s: float | None = None
     ) -> None:
         """Fold in one round: ``rows`` computed in ``busy_s``, ``comm_s`` communicating.
 
-        ``outside_steps_s`` is the part of ``busy_s`` the worker measured outside computing the
-        rows, when it reports one: the fitted fixed cost is held at or below it. A round
-        with no busy time or non-finite numbers carries nothing and is ignored; a round
-        with no rows still measures the fixed cost.
+        A round with no busy time or non-finite numbers carries nothing and is ignored; a
+        round with no rows still measures the fixed cost.
         """
         cost = self._cost(worker)
-        cost.comm_s = self._faded_mean(cost.comm_s, comm_s)
-        cost.outside_steps_s = self._faded_mean(cost.outside_steps_s, outside_steps_s)
+        if comm_s is not None and math.isfinite(comm_s) and comm_s >= 0:
+            cost.comm_s = (
+                comm_s
+                if math.isnan(cost.comm_s)
+                else cost.comm_s + (1 - self.decay) * (comm_s - cost.comm_s)
+            )
         if not (busy_s > 0 and rows >= 0 and math.isfinite(busy_s) and math.isfinite(rows)):
             return
         cost.least_busy_s = min(cost.least_busy_s, float(busy_s))
@@ -283,13 +275,6 @@ class RoundCostModel:
         window[2] += float(busy_s)
         if window[2] >= self.min_window_s:
             self._close(worker, cost)
-
-    def _faded_mean(self, mean: float, value: float | None) -> float:
-        """``mean`` moved towards ``value`` at the model's fading rate (``value`` itself
-        when ``mean`` is nan; ``mean`` when ``value`` is missing, negative or not finite)."""
-        if value is None or not (math.isfinite(value) and value >= 0):
-            return mean
-        return value if math.isnan(mean) else mean + (1 - self.decay) * (value - mean)
 
     def _close(self, worker: Hashable, cost: WorkerCost) -> None:
         """Fit ``worker``'s window. A window far off the fit is held back until the next
@@ -306,7 +291,7 @@ class RoundCostModel:
             return
         cost.shifted.append((*window, side))
         if len(cost.shifted) >= self.shift_windows:
-            fresh = WorkerCost(comm_s=cost.comm_s, outside_steps_s=cost.outside_steps_s)
+            fresh = WorkerCost(comm_s=cost.comm_s)
             self.workers[worker] = fresh
             # The first window held may span the change: half old pace, half new, it
             # would read as a fixed cost (0.06 s a round in the simulator's straggler).
@@ -417,16 +402,12 @@ class RoundCostModel:
             per_row = naive / MAX_SPEED_OVER_NAIVE
             if cost.xtx[0, 0] > 0:
                 fixed = max((cost.xty[0] - per_row * cost.xtx[0, 1]) / cost.xtx[0, 0], 0.0)
-        # A cost paid in every round cannot outlast the shortest round, nor what the
-        # worker measured outside its computation. A throttled worker (a CPU quota) that
-        # waits out its period in most rounds but not in all would otherwise read the wait
-        # as a fixed cost, and so would a worker slower per row in one epoch's large rounds
-        # than in the next epoch's small ones; a share cut for it only lengthens that
-        # reading: the positive feedback that starves a worker.
-        outside = cost.outside_steps_s
-        bound = min(cost.least_busy_s, math.inf if math.isnan(outside) else outside)
-        if fixed > bound:
-            fixed = bound
+        if fixed > cost.least_busy_s:
+            # A cost paid in every round cannot outlast the shortest round. A throttled
+            # worker (a CPU quota) that waits out its period in most rounds but not in all
+            # would otherwise read the wait as a fixed cost, and a share cut for it would
+            # only lengthen that reading: the positive feedback that starves a worker.
+            fixed = cost.least_busy_s
             per_row = max(
                 (cost.xty[1] - fixed * cost.xtx[0, 1]) / cost.xtx[1, 1],
                 naive / MAX_SPEED_OVER_NAIVE,

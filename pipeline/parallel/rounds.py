@@ -145,11 +145,10 @@ class RoundRunner:
                 "idle_s": idle,
                 "bytes_in": dense_bytes,
                 "bytes_out": res["bytes_out"],
-                "outside_steps_s": res["outside_steps_s"],
             }
             if res["rows"]:
                 t.scorer.update(addr, res["rows"], busy)
-            t.costs.observe(addr, res["rows"], busy, comm, res["outside_steps_s"])
+            t.costs.observe(addr, res["rows"], busy, comm)
         if t.config.record_row_ids:
             seen = t.rows_seen.setdefault(epoch, np.zeros(t.n_rows, dtype=np.int64))
             for res in results.values():

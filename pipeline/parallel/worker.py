@@ -1016,7 +1016,7 @@ def _local_steps(
     params: np.ndarray,
     spec: RoundSpec,
     slowdown: Callable[[], float],
-) -> tuple[Any, float, int, float]:
+) -> tuple[Any, float, int]:
     """``mode="delta"``: local mini-batch steps over ``rows``; the payload is
     ``w_i - w_t``, compressed (with error feedback when the run has it)."""
     model, optimizer = state["model"], state["optimizer"]
@@ -1028,10 +1028,9 @@ def _local_steps(
         )
     # Chunk size from the last chunk's CPU time, kept per run on the worker.
     n_batches = state.get("chunk_batches", spec.chunk_batches)
-    lo, compute_s = 0, 0.0
+    lo = 0
     while lo < len(rows):
         chunk = spec.batch_size * n_batches
-        chunk_start = time.perf_counter()
         with throttled(slowdown) as record:
             part_loss, part_steps = minibatch_pass(
                 model,
@@ -1042,7 +1041,6 @@ def _local_steps(
                 spec.batch_size,
                 state["buffers"],
             )
-        compute_s += time.perf_counter() - chunk_start
         if part_steps == n_batches:  # a full chunk: a fair measure of its cost
             n_batches = batches_per_chunk(record.cpu_s, part_steps)
         lo += chunk
@@ -1053,7 +1051,7 @@ def _local_steps(
     delta -= params
     feedback = state["feedback"]
     payload = feedback.compress(delta) if feedback is not None else compress(delta.copy())
-    return payload, loss_sum, steps, compute_s
+    return payload, loss_sum, steps
 
 
 def _data_gradient(
@@ -1063,24 +1061,21 @@ def _data_gradient(
     params: np.ndarray,
     spec: RoundSpec,
     slowdown: Callable[[], float],
-) -> tuple[Any, float, int, float]:
+) -> tuple[Any, float, int]:
     """``mode="gradient"``: the sum of the data gradients of ``rows`` (one step), sent
     uncompressed; the driver divides by the rows of all workers."""
     model = state["model"]
-    loss_sum, steps, compute_s = 0.0, 0, 0.0
+    loss_sum, steps = 0.0, 0
     if len(rows):
-        compute_start = time.perf_counter()
         with throttled(slowdown):
             # n_total=1: the sum of the rows' data gradients; the driver divides.
             loss_sum = model.loss_and_grad(shard.X[rows], shard.y[rows], n_total=1)
-        compute_s = time.perf_counter() - compute_start
         steps = 1
-    return compress(model.grad.copy(), "none"), loss_sum, steps, compute_s
+    return compress(model.grad.copy(), "none"), loss_sum, steps
 
 
 #: A round's work by ``RoundSpec.mode`` (:data:`hmdspt.core.strategies.WORKER_MODES`):
-#: ``work(state, shard, rows, params, spec, slowdown) -> (payload, loss_sum, steps,
-#: compute_s)``, ``compute_s`` the wall seconds spent computing the rows (emulation included).
+#: ``work(state, shard, rows, params, spec, slowdown) -> (payload, loss_sum, steps)``.
 ROUND_WORK = {"delta": _local_steps, "gradient": _data_gradient}
 
 
@@ -1114,9 +1109,8 @@ def run_round(
     result : dict
         ``payload`` (compressed delta or gradient), ``rows``, ``weight`` (the rows'
         sum of sample weights; ``rows`` when unweighted), ``steps``, ``loss_sum``,
-        ``busy_s`` (compute wall seconds including emulation), ``outside_steps_s`` (the part
-        of ``busy_s`` spent outside computing the rows: drawing them, setting ``w_t``,
-        the delta and its compression), ``due_left`` and ``bytes_out``.
+        ``busy_s`` (compute wall seconds including emulation), ``due_left`` and
+        ``bytes_out``.
     """
     start = time.perf_counter()
     state = plugin.state_for(spec)
@@ -1136,7 +1130,7 @@ def run_round(
     if hasattr(optimizer, "lr_schedule"):
         optimizer.learning_rate = spec.learning_rate
 
-    payload, loss_sum, steps, compute_s = ROUND_WORK[spec.mode](
+    payload, loss_sum, steps = ROUND_WORK[spec.mode](
         state, shard, rows, params, spec, lambda: plugin.slowdown
     )
     _, weights = split_weights(shard.y, spec.layer_sizes[-1])
@@ -1151,7 +1145,6 @@ def run_round(
         "steps": int(steps),
         "loss_sum": float(loss_sum),
         "busy_s": busy_s,
-        "outside_steps_s": max(busy_s - compute_s, 0.0),
         "due_left": int(len(due) - quota),
         "bytes_out": int(payload.nbytes),
     }
