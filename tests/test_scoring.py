@@ -474,3 +474,35 @@ def test_a_change_of_speed_restarts_the_estimate_after_two_rounds():
     assert s.score("w") == pytest.approx(250.0)
     s.update_speed("w", 1400.0)  # one fast outlier does not restart it
     assert s.score("w") < 700
+
+
+def test_a_fit_that_skipped_the_probe_does_not_chase_the_noise_of_short_rounds(emulated, tmp_path):
+    """Its first rounds' speeds stand in for the probe in the cost model: the rows move
+    once, after the first round, and stay until a worker's rounds fill a cost window. The
+    online scorer's speed of every round, which the plans took before, swung 2x between
+    rounds of milliseconds and moved rows after almost every epoch (6.5 re-balances a fit
+    on emulated digits, ``benchmarks/bench_probe_rule.py``)."""
+    from sklearn.datasets import load_digits
+
+    from hmdspt import BPNNClassifier
+
+    _, client = emulated
+    X, y = load_digits(return_X_y=True)
+    log = tmp_path / "fit.jsonl"
+    clf = BPNNClassifier(
+        (64,),
+        client=client,
+        max_iter=20,
+        batch_size=32,
+        rounds_per_epoch=1,
+        random_state=0,
+        run_log=log,
+        trainer_options={"reuse_speeds_s": 0.0},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # too short to converge; slower than one process
+        clf.fit(X / 16.0, y)
+    events = read_events(log)
+    partitions = [e for e in events if e["event"] == "partition"]
+    assert "unprobed" in partitions[0]
+    assert len(partitions) <= 2, [p["round"] for p in partitions]

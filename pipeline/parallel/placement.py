@@ -138,6 +138,8 @@ class Placement:
         t = self.trainer
         members = sorted(t.active)
         current = {a: t.staged.counts.get(a, 0) for a in members}
+        if t.unprobed is not None:
+            self._seed_costs_from_first_rounds(members)
         speeds, fixed = t.costs.epoch_costs(
             members, t._rounds_per_epoch, {a: t.scorer.score(a) for a in members}
         )
@@ -172,6 +174,22 @@ class Placement:
         t.move_cost.observe(sum(m.rows for m in moves), seconds)
         self._log_online_scores(members, speeds, fixed)
         self.log_partition(t.round_index, moves, seconds)
+
+    def _seed_costs_from_first_rounds(self, members: list[str]) -> None:
+        """A fit that skipped the probe: the first rounds' speeds stand in for it in the
+        cost model, as a probe's would (:meth:`measure_speeds`).
+
+        Until a worker's rounds fill a cost window (``cost_window_s`` of busy time) the
+        plans would otherwise take the online scorer's speed of every round: on digits
+        (rounds of milliseconds) those swung 2x from round to round and an unprobed fit
+        re-balanced after almost every epoch, each move costing more than its rounds.
+        """
+        t = self.trainer
+        for addr in members:
+            if t.scorer.is_measured(addr) and not (
+                addr in t.costs.workers and t.costs.is_measured(addr)
+            ):
+                t.costs.observe_probe(addr, t.scorer.score(addr), 1.0)
 
     def _log_online_scores(self, members: list[str], speeds: dict, fixed: dict) -> None:
         """Write the speeds a plan used, with their fixed costs, to the run log."""
