@@ -60,6 +60,7 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "straggler": "benchmarks.bench_straggler",  # emulated: a worker slowed 4x mid-fit
     "simulation": "benchmarks.bench_simulation",
     "monitor": "benchmarks.bench_monitor",
+    "threads": "benchmarks.bench_threads",  # workers as threads of the driver's process
     "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root
     "peers": "benchmarks.bench_peers",  # on the testbed; needs root
     "loop": "benchmarks.bench_loop",  # on the testbed; needs root

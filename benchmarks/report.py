@@ -471,6 +471,12 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "are re-balanced, beside equal shares (emulated).",
             ),
             Part("monitor", "Monitor", "Loading and live-updating the monitoring app."),
+            Part(
+                "threads",
+                "Workers that are threads of the driver's process",
+                "Fits on two worker threads with the fit's BLAS limit and without it, quiet "
+                "and with one core busy elsewhere.",
+            ),
         ),
     ),
 )

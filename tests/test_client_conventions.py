@@ -8,6 +8,7 @@ model selection clones onto the same cluster, and connection problems fail in on
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import warnings
 
@@ -17,6 +18,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 from sklearn.model_selection import GridSearchCV, cross_val_score
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from hmdspt import BPNNClassifier
 from hmdspt.cli import main
@@ -44,10 +46,10 @@ def _model(**params) -> BPNNClassifier:
     return BPNNClassifier((8,), max_iter=2, rounds_per_epoch=1, random_state=0, **params)
 
 
-def _fit(model: BPNNClassifier, X, y) -> BPNNClassifier:
+def _fit(model: BPNNClassifier, X, y, **fit_params) -> BPNNClassifier:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence, "slower than one process alone"
-        return model.fit(X, y)
+        return model.fit(X, y, **fit_params)
 
 
 def _on_cluster(model: BPNNClassifier) -> bool:
@@ -117,6 +119,27 @@ def test_a_copy_sent_to_a_joblib_process_refuses_to_fit_in_process(cluster, data
     # In this process a copy fits in-process, as a saved model does.
     copy = pickle.loads(pickle.dumps(_model(client=cluster)))
     assert copy.client is None and not _on_cluster(_fit(copy, X, y))
+
+
+def _blas_threads() -> int:
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_a_fit_on_worker_threads_of_this_process_limits_blas_while_it_runs(cluster, data):
+    """The cluster's two workers are threads here: in the fit BLAS runs cores // 2 threads a
+    call (each worker thread's BLAS would start one a core), after it as many as before."""
+    X, y = data
+    cores = len(os.sched_getaffinity(0))
+    with threadpool_limits(limits=cores, user_api="blas"):  # as a fresh process has it
+        before = _blas_threads()
+        during = []
+        with Client(cluster) as client:
+            model = _model(client=client)
+            _fit(model, X, y, on_round=lambda record: during.append(_blas_threads()))
+        after = _blas_threads()
+    assert _on_cluster(model) and during
+    assert set(during) == {max(1, cores // 2)}
+    assert before == after == cores
 
 
 def test_a_fit_runs_its_tasks_in_one_span(cluster, data, tmp_path):

@@ -4,7 +4,9 @@ Used across the Dask layer (staging, re-balancing, scoring, the trainer): the sc
 workers asked fresh (:func:`scheduler_workers`), waits that return or raise instead of
 hanging on a pinned task whose worker left (:func:`wait_some`, ``_wait_ok``), a direct
 scatter to one worker that tells a lost worker from a slow one (:func:`scatter_to`) and a
-call to each worker's comm handler straight from the driver, all at once (:func:`call_each`).
+call to each worker's comm handler straight from the driver, all at once (:func:`call_each`),
+and the BLAS limit while the driver's own process holds the workers
+(:func:`blas_limit_for_own_workers`).
 
 While a fit runs, its :class:`hmdspt.parallel.membership.Membership` knows who left from
 the scheduler's worker events: these waits then ask it and block until a task ends or a
@@ -16,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from distributed import Client, Future, wait
+from distributed import Client, Future, Worker, wait
 from distributed.protocol import to_serialize
 
 __all__ = [
     "WorkerLostError",
+    "blas_limit_for_own_workers",
     "call_each",
     "scatter_to",
     "scheduler_workers",
@@ -55,6 +60,56 @@ def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
     if hasattr(client, "sync") and hasattr(client, "scheduler"):
         return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
     return dict(client.scheduler_info()["workers"])
+
+
+def _own_worker_threads(client: Client) -> int:
+    """Threads of the running Dask workers of ``client``'s scheduler in this process."""
+    scheduler = getattr(getattr(client, "scheduler", None), "address", None)
+    if scheduler is None:
+        return 0
+    return sum(
+        int(worker.state.nthreads)
+        for worker in list(Worker._instances)  # every Worker object alive in this process
+        if worker.status.name in ("running", "paused")
+        and getattr(worker.scheduler, "address", None) == scheduler
+    )
+
+
+@contextmanager
+def blas_limit_for_own_workers(client: Client) -> Iterator[int | None]:
+    """While the block runs, at most ``cores // threads`` BLAS threads a call when workers
+    of ``client``'s cluster run as threads of this process (``processes=False``).
+
+    Distributed starts its worker processes with one BLAS thread (``OMP_NUM_THREADS=1`` and
+    the like), but worker threads share the process's BLAS, which starts a thread per core
+    in each, so that two worker threads on two cores run four (docs/design.md,
+    "Heterogeneity on one machine"). The process's previous limits come back when the
+    block ends; a lower limit the user set is kept.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The fit's client.
+
+    Yields
+    ------
+    limit : int or None
+        The BLAS threads allowed in the block, None when nothing was changed.
+    """
+    threads = _own_worker_threads(client)
+    if threads < 2:
+        yield None
+        return
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    limit = max(1, (cores or 1) // threads)
+    now = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+    if not now or max(now) <= limit:
+        yield None
+        return
+    with threadpool_limits(limits=limit, user_api="blas"):
+        yield limit
 
 
 def _cluster_workers(client: Client) -> list[str]:

@@ -57,7 +57,7 @@ from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events,
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
-from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
 from hmdspt.parallel.lifecycle import (
     InterruptWatch,
     close_run,
@@ -166,11 +166,12 @@ def _raised_by_an_interrupt(exc: BaseException) -> bool:
 
 
 def _in_fit_span(fit: Callable) -> Callable:
-    """Run ``fit`` in one ``distributed.span``: the Dask dashboard groups its tasks."""
+    """Run ``fit`` in one ``distributed.span`` (the Dask dashboard groups its tasks), with
+    the BLAS limit of workers that are threads of this process."""
 
     @functools.wraps(fit)
     def in_span(self, *args: Any, **kwargs: Any):
-        with span("hmdspt-fit", self.run_id):
+        with span("hmdspt-fit", self.run_id), blas_limit_for_own_workers(self.client):
             return fit(self, *args, **kwargs)
 
     return in_span
