@@ -100,15 +100,15 @@ def blas_limit_for_own_workers(client: Client) -> Iterator[int | None]:
     if threads < 2:
         yield None
         return
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import ThreadpoolController
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     limit = max(1, (cores or 1) // threads)
-    now = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
-    if not now or max(now) <= limit:
+    blas = ThreadpoolController().select(user_api="blas")  # one scan of the loaded libraries
+    if max((lib.num_threads for lib in blas.lib_controllers), default=0) <= limit:
         yield None
         return
-    with threadpool_limits(limits=limit, user_api="blas"):
+    with blas.limit(limits=limit):
         yield limit
 
 
