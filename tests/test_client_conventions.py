@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import threading
 import warnings
 
 import dask
@@ -140,6 +141,32 @@ def test_a_fit_on_worker_threads_of_this_process_limits_blas_while_it_runs(clust
     assert _on_cluster(model) and during
     assert set(during) == {max(1, cores // 2)}
     assert before == after == cores
+
+
+def test_score_workers_probes_worker_threads_of_this_process_with_the_fits_blas_limit(cluster):
+    """The standalone probe measures the speeds a fit trains at: BLAS limited as in a fit
+    while it runs (watched from another thread of this process), as before after it."""
+    from hmdspt import score_workers
+
+    cores = len(os.sched_getaffinity(0))
+    seen, probing = [], threading.Event()
+
+    def watch() -> None:
+        while not probing.is_set():
+            seen.append(_blas_threads())
+
+    with threadpool_limits(limits=cores, user_api="blas"), Client(cluster) as client:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            speeds = score_workers(client, (10, 8, 3), seconds=0.2)
+        finally:
+            probing.set()
+            watcher.join()
+        after = _blas_threads()
+    assert len(speeds) == 2 and all(v > 0 for v in speeds.values())
+    assert min(seen) == max(1, cores // 2)
+    assert after == cores
 
 
 def test_a_fit_runs_its_tasks_in_one_span(cluster, data, tmp_path):

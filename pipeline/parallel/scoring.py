@@ -16,7 +16,7 @@ from typing import Any
 from distributed import wait
 
 from hmdspt.core.speed import ProbeResult
-from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
 from hmdspt.parallel.worker import probe_task
 
 __all__ = ["PROBE_MIN_S", "probe_workers", "score_workers"]
@@ -203,7 +203,10 @@ def score_workers(
     """Probe every worker at once with real training steps; samples per second of each.
 
     :func:`probe_workers` without the details. The probe's duration is logged (logger
-    ``hmdspt.parallel.scoring``, level INFO).
+    ``hmdspt.parallel.scoring``, level INFO). Workers that are threads of this process
+    are probed with the BLAS limit a fit gives them
+    (:func:`hmdspt.parallel.client.blas_limit_for_own_workers`), so that their speeds are
+    those they train at.
 
     Parameters
     ----------
@@ -224,6 +227,7 @@ def score_workers(
     model replica per worker. Fold the result into an :class:`OnlineScorer` with
     :meth:`OnlineScorer.update_speed` as each worker's first measurement.
     """
-    result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
+    with blas_limit_for_own_workers(client):
+        result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
     logger.info(result.summary())
     return result.speeds
