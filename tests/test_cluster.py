@@ -152,6 +152,23 @@ def test_each_worker_gets_its_slowdown_and_one_blas_thread(emulated):
     assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
 
 
+def test_in_process_workers_hold_one_blas_thread_until_the_last_of_them_closes():
+    """In-process workers share this process's BLAS: one thread while any of them runs,
+    the process's own limits back once they have all closed."""
+
+    def blas() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    before = blas()
+    assert max(before) > 1, "BLAS already at one thread: nothing to give back"
+    with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as client:
+        during = blas()
+        client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
+        with_one_left = blas()
+    assert during == with_one_left == {1}
+    assert blas() == before
+
+
 @pytest.mark.timeout(60)
 def test_throttle_on_a_worker_applies_that_workers_slowdown(emulated):
     _, client = emulated

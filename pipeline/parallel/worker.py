@@ -636,6 +636,39 @@ class _Handover:
 _HANDOVER_ATTR = "_hmdspt_handover"
 
 
+class _ProcessBlasLimit:
+    """The BLAS limit that the plugins of this process's workers hold.
+
+    BLAS pools are per process: in-process workers share one, so the first plugin to hold
+    the limit sets it and the last to let go gives the process back the limits it had.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._limiter: Any = None
+
+    def hold(self, threads: int) -> None:
+        from threadpoolctl import threadpool_limits
+
+        with self._lock:
+            if self._holders == 0:
+                self._limiter = threadpool_limits(limits=threads)
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                return
+            self._holders -= 1
+            if self._holders == 0 and self._limiter is not None:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_BLAS_LIMIT = _ProcessBlasLimit()
+
+
 class HMDSPTWorkerPlugin(WorkerPlugin):
     """The one HMDSPT plugin of a worker: its emulation, its runs' state, its speeds.
 
@@ -671,7 +704,8 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         one machine"). ``distributed.nanny.pre-spawn-environ`` already exports
         ``OMP_NUM_THREADS=1`` etc. to worker processes by default; this also covers a
         changed config. None leaves the process alone. The limit is process-wide: for
-        in-process workers it also limits the client's process.
+        in-process workers it also limits the client's process, until the last of them
+        closes and the process gets its own limits back.
 
     Notes
     -----
@@ -714,6 +748,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             raise ValueError(f"blas_threads must be an int >= 1 or None, got {blas_threads!r}")
         self.slowdowns = slowdowns
         self.blas_threads = blas_threads
+        self.holds_blas_limit = False
         self.worker: Worker | None = None
         self.slowdown = 1.0
         self.runs: dict[str, _Run] = {}
@@ -746,15 +781,17 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         given = self._given_slowdown(worker)
         if given is not None:
             self.slowdown = given
-        if self.blas_threads is not None:
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(limits=self.blas_threads)
+        if self.blas_threads is not None and not self.holds_blas_limit:
+            _BLAS_LIMIT.hold(self.blas_threads)
+            self.holds_blas_limit = True
         worker.handlers[ROUND_OP] = self.round_handler
 
     def teardown(self, worker: Worker) -> None:
         if worker.handlers.get(ROUND_OP) == self.round_handler:
             del worker.handlers[ROUND_OP]
+        if self.holds_blas_limit:
+            _BLAS_LIMIT.release()
+            self.holds_blas_limit = False
         with self.lock:
             handover = _Handover(self.slowdown, self.runs, self.ended, self.speeds)
             self.runs, self.ended, self.speeds = {}, {}, {}
