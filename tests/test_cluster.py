@@ -4,10 +4,14 @@ and of the one HMDSPT worker plugin (in-process workers: its registration is wha
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
+import subprocess
+import sys
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -32,6 +36,8 @@ from hmdspt.parallel.worker import (
     throttled,
 )
 from tests.clusters import FREE_PORTS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _spin(cpu_seconds: float) -> None:
@@ -152,21 +158,43 @@ def test_each_worker_gets_its_slowdown_and_one_blas_thread(emulated):
     assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
 
 
+# In a fresh interpreter: OpenBLAS (0.3.31) ignores a thread count set from another thread
+# once the main thread has set one, as earlier tests in this process may have.
+IN_PROCESS_BLAS = """
+import json
+from distributed import Client
+from threadpoolctl import threadpool_info
+from hmdspt import local_cluster
+from hmdspt.parallel.client import scheduler_workers
+
+def blas():
+    return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+
+before = blas()
+with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as client:
+    during = blas()
+    client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
+    with_one_left = blas()
+print(json.dumps([before, during, with_one_left, blas()]))
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="BLAS starts one thread on one core")
 def test_in_process_workers_hold_one_blas_thread_until_the_last_of_them_closes():
-    """In-process workers share this process's BLAS: one thread while any of them runs,
-    the process's own limits back once they have all closed."""
-
-    def blas() -> set[int]:
-        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
-
-    before = blas()
-    assert max(before) > 1, "BLAS already at one thread: nothing to give back"
-    with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as client:
-        during = blas()
-        client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
-        with_one_left = blas()
-    assert during == with_one_left == {1}
-    assert blas() == before
+    """In-process workers share the process's BLAS: one thread while any of them runs, the
+    process's own limits back once they have all closed."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS_BLAS], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    before, during, with_one_left, after = json.loads(run.stdout.splitlines()[-1])
+    assert max(before) > 1
+    assert during == with_one_left == [1]
+    assert after == before
 
 
 @pytest.mark.timeout(60)
