@@ -67,9 +67,12 @@ def _own_worker_threads(client: Client) -> int:
     scheduler = getattr(getattr(client, "scheduler", None), "address", None)
     if scheduler is None:
         return 0
+    # Every Worker object alive in this process: a class attribute distributed keeps (if a
+    # later version drops it, nothing is counted and no limit is set).
+    workers = list(getattr(Worker, "_instances", ()))
     return sum(
         int(worker.state.nthreads)
-        for worker in list(Worker._instances)  # every Worker object alive in this process
+        for worker in workers
         if worker.status.name in ("running", "paused")
         and getattr(worker.scheduler, "address", None) == scheduler
     )
