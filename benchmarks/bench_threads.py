@@ -3,8 +3,8 @@
 A Dask cluster started with ``processes=False`` (``Client(processes=False)``,
 ``LocalCluster(processes=False)``) runs its workers as threads of the user's process, where
 each BLAS call starts a thread per core (distributed gives only the worker *processes* it
-starts one). A fit on such a cluster now holds BLAS at ``cores // worker threads`` threads
-(:func:`hmdspt.parallel.client.blas_limit_for_own_workers`). This fits
+starts one). A fit on two or more such workers now holds BLAS at ``cores // workers``
+threads (:func:`hmdspt.parallel.client.blas_limit_for_own_workers`). This fits
 ``BPNNClassifier(client=...)`` on two worker threads (no emulated speeds: the threads are
 alike), in turns with the limit and with it replaced by nothing, on a quiet machine and
 with one core kept busy by another process (as on a shared machine, or beside a second

@@ -143,6 +143,23 @@ def test_a_fit_on_worker_threads_of_this_process_limits_blas_while_it_runs(clust
     assert before == after == cores
 
 
+def test_one_worker_of_two_threads_keeps_the_blas_of_this_process(data):
+    """A worker trains one model replica at a time whatever its threads: alone in this
+    process (``Client(processes=False)``'s default shape), its BLAS is left as it is."""
+    X, y = data
+    cores = len(os.sched_getaffinity(0))
+    with (
+        threadpool_limits(limits=cores, user_api="blas"),
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        ) as single,
+        Client(single) as client,
+    ):
+        during = []
+        model = _fit(_model(client=client), X, y, on_round=lambda r: during.append(_blas_threads()))
+    assert _on_cluster(model) and set(during) == {cores}
+
+
 def test_score_workers_probes_worker_threads_of_this_process_with_the_fits_blas_limit(cluster):
     """The standalone probe measures the speeds a fit trains at: BLAS limited as in a fit
     while it runs (watched from another thread of this process), as before after it."""

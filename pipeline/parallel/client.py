@@ -62,8 +62,8 @@ def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
     return dict(client.scheduler_info()["workers"])
 
 
-def _own_worker_threads(client: Client) -> int:
-    """Threads of the running Dask workers of ``client``'s scheduler in this process."""
+def _own_workers(client: Client) -> int:
+    """How many running Dask workers of ``client``'s scheduler are in this process."""
     scheduler = getattr(getattr(client, "scheduler", None), "address", None)
     if scheduler is None:
         return 0
@@ -71,23 +71,23 @@ def _own_worker_threads(client: Client) -> int:
     # later version drops it, nothing is counted and no limit is set).
     workers = list(getattr(Worker, "_instances", ()))
     return sum(
-        int(worker.state.nthreads)
-        for worker in workers
-        if worker.status.name in ("running", "paused")
+        worker.status.name in ("running", "paused")
         and getattr(worker.scheduler, "address", None) == scheduler
+        for worker in workers
     )
 
 
 @contextmanager
 def blas_limit_for_own_workers(client: Client) -> Iterator[int | None]:
-    """While the block runs, at most ``cores // threads`` BLAS threads a call when workers
-    of ``client``'s cluster run as threads of this process (``processes=False``).
+    """While the block runs, at most ``cores // workers`` BLAS threads a call when two or
+    more workers of ``client``'s cluster run as threads of this process (``processes=False``).
 
     Distributed starts its worker processes with one BLAS thread (``OMP_NUM_THREADS=1`` and
     the like), but worker threads share the process's BLAS, which starts a thread per core
-    in each, so that two worker threads on two cores run four (docs/design.md,
-    "Heterogeneity on one machine"). The process's previous limits come back when the
-    block ends; a lower limit the user set is kept.
+    in each, so that two workers on two cores run four (docs/design.md, "Heterogeneity on
+    one machine"). Workers, not threads: a worker trains one model replica at a time
+    whatever its threads. The process's previous limits come back when the block ends; a
+    lower limit the user set is kept.
 
     Parameters
     ----------
@@ -99,14 +99,14 @@ def blas_limit_for_own_workers(client: Client) -> Iterator[int | None]:
     limit : int or None
         The BLAS threads allowed in the block, None when nothing was changed.
     """
-    threads = _own_worker_threads(client)
-    if threads < 2:
+    workers = _own_workers(client)
+    if workers < 2:
         yield None
         return
     from threadpoolctl import ThreadpoolController
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    limit = max(1, (cores or 1) // threads)
+    limit = max(1, (cores or 1) // workers)
     blas = ThreadpoolController().select(user_api="blas")  # one scan of the loaded libraries
     if max((lib.num_threads for lib in blas.lib_controllers), default=0) <= limit:
         yield None
