@@ -165,7 +165,7 @@ def _raised_by_an_interrupt(exc: BaseException) -> bool:
     return False
 
 
-def _in_fit_span(fit: Callable) -> Callable:
+def _in_fit_span_with_blas_limit(fit: Callable) -> Callable:
     """Run ``fit`` in one ``distributed.span`` (the Dask dashboard groups its tasks), with
     the BLAS limit of workers that are threads of this process."""
 
@@ -348,7 +348,7 @@ class Trainer:
             getattr(self.log, event)(**fields)
 
     # ------------------------------------------------------------------- fit
-    @_in_fit_span
+    @_in_fit_span_with_blas_limit
     def fit(
         self,
         X: Any,
