@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_info
 
 from hmdspt.estimator import BPNNClassifier
-from hmdspt.parallel import trainer
+from hmdspt.parallel import scoring, trainer
 
 from . import bench_ablation as ablation
 from ._common import header
@@ -59,9 +59,12 @@ def _busy_core(on: bool):
 def fit_once(client, data, job, arm: str) -> tuple[float, float]:
     """Seconds of one ``fit()`` in ``arm`` and the model's test accuracy."""
     X_train, y_train, X_test, y_test = data
-    limit = trainer.blas_limit_for_own_workers
+    # The fit's limit and its probe's (a probe runs only where no speed is remembered).
+    holders = (trainer, scoring)
+    limits = [holder.blas_limit_for_own_workers for holder in holders]
     if arm == "no limit":
-        trainer.blas_limit_for_own_workers = _no_limit
+        for holder in holders:
+            holder.blas_limit_for_own_workers = _no_limit
     try:
         model = BPNNClassifier(
             job.hidden,
@@ -80,7 +83,8 @@ def fit_once(client, data, job, arm: str) -> tuple[float, float]:
             model.fit(X_train, y_train)
             seconds = time.perf_counter() - start
     finally:
-        trainer.blas_limit_for_own_workers = limit
+        for holder, limit in zip(holders, limits):
+            holder.blas_limit_for_own_workers = limit
     return seconds, float(model.score(X_test, y_test))
 
 
