@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from hmdspt.core.runlog import read_events, summarize
-from hmdspt.estimator import BPNNClassifier
+
+# scikit-learn and the estimator are imported by the functions that fit: plotting or
+# reading a comparison's results needs neither (they take about two CPU-seconds to load).
 
 # name -> (sync, partition); None marks an in-process run.
 STRATEGIES: dict[str, tuple[str, str] | None] = {
@@ -103,6 +104,10 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`), and uses the timed runs'
     ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
     """
+    from sklearn.exceptions import ConvergenceWarning
+
+    from hmdspt.estimator import BPNNClassifier
+
     y = np.asarray(y)
     rng = np.random.default_rng(0)
     n = min(len(y), WARM_UP_ROWS)
@@ -204,6 +209,10 @@ def run_comparison(
     results : list of RunResult
     target : float
     """
+    from sklearn.exceptions import ConvergenceWarning
+
+    from hmdspt.estimator import BPNNClassifier
+
     if echo is None:
         echo = functools.partial(print, flush=True)
     names = list(STRATEGIES) if strategies is None else list(strategies)

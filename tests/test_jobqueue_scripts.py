@@ -44,6 +44,11 @@ POOLS = [
 ]  # fmt: skip
 
 
+# The local jobs' workers start without a dashboard: importing it (bokeh) costs each worker
+# about a CPU-second, and no test here looks at one.
+NO_DASHBOARDS = {"worker_extra_args": ["--no-dashboard"]}
+
+
 def _scripts(kind: str, pools=POOLS, **common) -> dict[str, str]:
     if kind == "lsf":
         common.setdefault("lsf_units", "MB")  # else read from the machine's lsf.conf
@@ -377,7 +382,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
                  options={"nanny": False}),
         PoolSpec("big", cores=2, memory="1GiB", processes=2),
     ]  # fmt: skip
-    with start_pools("local", pools, timeout=60, interface="lo") as cluster:
+    with start_pools("local", pools, timeout=60, interface="lo", **NO_DASHBOARDS) as cluster:
         with Client(cluster) as client:
             assert cluster.last_scale_s is not None and cluster.last_scale_s < 60
             workers = scheduler_workers(client).values()
@@ -438,7 +443,9 @@ def test_a_pool_adapts_to_the_load_between_its_own_bounds():
 
     pools = [PoolSpec("small", count=0, cores=1, memory="512MiB", processes=1),
              PoolSpec("big", cores=1, memory="512MiB", processes=1)]  # fmt: skip
-    with start_pools("local", pools, timeout=60, interface="lo", nanny=False) as cluster:
+    with start_pools(
+        "local", pools, timeout=60, interface="lo", nanny=False, **NO_DASHBOARDS
+    ) as cluster:
         with Client(cluster) as client:
             adaptive = cluster.adapt(
                 pool="small", minimum_jobs=1, maximum_jobs=2, interval="100ms", wait_count=2,
@@ -469,7 +476,7 @@ def test_pools_timeout_names_the_missing_workers():
     from hmdspt.parallel.pools import PoolsTimeoutError
 
     with start_pools("local", [PoolSpec("p", cores=1, memory="512MiB", processes=1)],
-                     interface="lo", nanny=False) as cluster:  # fmt: skip
+                     interface="lo", nanny=False, **NO_DASHBOARDS) as cluster:  # fmt: skip
         # A planned job that was never submitted stands for one stuck in the queue.
         cluster._jobs["p"].append("p-99")
         try:
@@ -495,7 +502,7 @@ def test_local_pools_file_through_client_from_args(tmp_path):
             """
             cluster: local
             wait-timeout: 60
-            common: {interface: lo, nanny: false}
+            common: {interface: lo, nanny: false, worker-extra-args: [--no-dashboard]}
             pools:
               one: {cores: 1, memory: 512MiB, processes: 1}
               two: {cores: 1, memory: 512MiB, processes: 1}
