@@ -27,7 +27,9 @@ pytestmark = pytest.mark.heavy
 
 @pytest.fixture(scope="module")
 def client():
-    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as c:
+    """Emulated 2:1 speeds on worker threads of this process: these tests check the loop's
+    logic, not what separate processes change (kills and losses start clusters of their own)."""
+    with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as c:
         yield c
 
 
@@ -253,7 +255,8 @@ def test_a_worker_retired_before_its_round_is_recovered_not_waited_for(tmp_path)
     )
     Y = np.eye(3, dtype=np.float32)[y]
     log = tmp_path / "retire.jsonl"
-    with local_cluster(speeds=(2, 1, 1)) as cluster, Client(cluster) as c:
+    # Worker threads: a retirement is the scheduler's doing, not a process's end.
+    with local_cluster(speeds=(2, 1, 1), processes=False) as cluster, Client(cluster) as c:
         # A timeout far beyond the test's: waiting it out is a failure.
         trainer = _acting_trainer(c, log, _retire, broadcast_timeout_s=600.0)
         trainer.fit(X, Y, max_epochs=4)
