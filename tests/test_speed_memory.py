@@ -1,6 +1,8 @@
 """Workers remember their measured speed; a later fit of the same shape skips the probe.
 
-Real emulated clusters (and one plain in-process cluster); the run log is the witness.
+Emulated 2:1 clusters on worker threads of this process (what is remembered is a worker's
+own, whether it is a thread or a process) and one plain in-process cluster; the run log is
+the witness.
 """
 
 import warnings
@@ -25,7 +27,7 @@ HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>=
 
 @pytest.fixture(scope="module")
 def client():
-    with local_cluster(speeds=(2, 1)) as cluster, Client(cluster) as c:
+    with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as c:
         yield c
 
 
