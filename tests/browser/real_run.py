@@ -6,8 +6,8 @@ equal-shares baseline on the same data and cluster. :func:`session_real_logs` do
 once per pytest session (a few seconds), whatever test module asks first, so the fast
 tests and the browser test share the same real logs.
 
-Cluster workers are processes: call :func:`real_fit` from a test, or from a script under
-``if __name__ == "__main__":``.
+The emulated workers are threads of the calling process: what the monitor reads is the run
+log, which is the same whatever the workers run in.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def real_fit(
     if client is not None:
         fit(client)
     else:
-        with local_cluster(speeds=speeds) as cluster, Client(cluster) as c:
+        with local_cluster(speeds=speeds, processes=False) as cluster, Client(cluster) as c:
             fit(c)
     return path
 
@@ -110,7 +110,7 @@ def real_runs(
 
     folder = Path(folder)
     out = {}
-    with local_cluster(speeds=speeds) as cluster, Client(cluster) as client:
+    with local_cluster(speeds=speeds, processes=False) as cluster, Client(cluster) as client:
         for partition, name in (("proportional", "hmdspt"), ("equal", "equal")):
             out[partition] = real_fit(
                 folder / f"{name}.jsonl", partition=partition, client=client, **kwargs
