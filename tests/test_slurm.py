@@ -86,6 +86,9 @@ def _common(tmp_path: Path) -> dict:
         walltime="00:10:00",
         log_directory=str(tmp_path / "slurm-logs"),
         death_timeout=60,
+        # No worker dashboards: importing one (bokeh) costs each worker about a CPU-second,
+        # and no test here looks at one.
+        worker_extra_args=["--no-dashboard"],
     )
 
 
