@@ -94,7 +94,7 @@ def straggler_fit(tmp_path_factory):
 
         watcher = _when_rounds(log, STRAGGLER_ROUND, slow_down)
         trainer = _trainer(client, (50, 512, 256, 3), log, rounds_per_epoch=2)
-        trainer.fit(X, Y, max_epochs=8)
+        trainer.fit(X, Y, max_epochs=5)
         watcher.join()
     return trainer, read_events(log), change
 
