@@ -926,8 +926,13 @@ class _BaseBPNN(BaseEstimator):
             self.eval_curve_.append((self._training_seconds(), score))
         return score
 
-    def _end_epoch(self, loss: float, n_samples: int, X_val, y_val) -> bool:
-        """Book-keeping after an epoch, as scikit-learn's MLP does it; True stops."""
+    def _end_epoch(
+        self, loss: float, n_samples: int, X_val, y_val, val_score: float | None = None
+    ) -> bool:
+        """Book-keeping after an epoch, as scikit-learn's MLP does it; True stops.
+
+        ``val_score``: the current parameters' score on ``X_val`` when already computed.
+        """
         self.n_iter_ += 1
         self.loss_ = loss
         self.t_ += n_samples
@@ -938,7 +943,7 @@ class _BaseBPNN(BaseEstimator):
             warnings.warn(message, RuntimeWarning, stacklevel=6)
         if self.verbose:
             print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
-        self._update_no_improvement_count(self.early_stopping, X_val, y_val)
+        self._update_no_improvement_count(self.early_stopping, X_val, y_val, val_score)
         self._optimizer.iteration_ends(self.t_)
         if self._no_improvement_count > self.n_iter_no_change:
             what = "Validation score" if self.early_stopping else "Training loss"
@@ -1017,8 +1022,21 @@ class _BaseBPNN(BaseEstimator):
 
         n_samples = _n_rows(X_train)
 
+        # Without an eval_set the trainer scores the early-stopping split, an epoch's last
+        # round in the loop with the workers waiting: early stopping reads that score
+        # rather than scoring the same parameters on the same rows again.
+        last_score = {"round": None, "score": None}
+
+        def on_round(record) -> None:
+            if record.val_score is not None:
+                last_score.update(round=record.round, score=record.val_score)
+            if self._on_round is not None:
+                self._on_round(record)
+
         def on_epoch_end(epoch: int, loss: float) -> bool:
-            stop = self._end_epoch(loss, n_samples, X_val, y_val)
+            current = self._eval_set is None and last_score["round"] == trainer.round_index
+            val_score = last_score["score"] if current else None
+            stop = self._end_epoch(loss, n_samples, X_val, y_val, val_score)
             return stop or self.n_iter_ >= self.max_iter
 
         # The trainer scores most rounds in a background thread while the next trains:
@@ -1054,7 +1072,7 @@ class _BaseBPNN(BaseEstimator):
                 checkpoint_extra=self._checkpoint_state,
                 on_resume=self._restore_checkpoint_state,
                 called_at=called_at,
-                on_round=self._on_round,
+                on_round=on_round,
                 on_score=on_score,
             )
         finally:
@@ -1207,9 +1225,12 @@ class _BaseBPNN(BaseEstimator):
         if "best_params" in arrays and arrays["best_params"].shape == self._best_params.shape:
             self._best_params[...] = arrays["best_params"]
 
-    def _update_no_improvement_count(self, early_stopping: bool, X_val, y_val) -> None:
+    def _update_no_improvement_count(
+        self, early_stopping: bool, X_val, y_val, val_score: float | None = None
+    ) -> None:
         if early_stopping:
-            val_score = self._score_unchecked(X_val, y_val, sample_weight=self._val_weight)
+            if val_score is None:
+                val_score = self._score_unchecked(X_val, y_val, sample_weight=self._val_weight)
             self.validation_scores_.append(val_score)
             if self.verbose:
                 print(f"Validation score: {val_score:f}")

@@ -359,6 +359,46 @@ def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path
     assert times == sorted(times)
 
 
+def test_early_stopping_reads_the_score_of_the_round_that_ended_the_epoch(
+    client, data, tmp_path, monkeypatch
+):
+    """Without an eval_set the trainer scores the early-stopping split: an epoch's last
+    round is scored in the loop, with the workers waiting, and early stopping reads that
+    score instead of scoring the same parameters on the same rows again."""
+    X, y = data
+    log = tmp_path / "early.jsonl"
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    scored_rows = []
+    score = BPNNClassifier._score_unchecked
+
+    def counted(self, X, *args, **kwargs):
+        scored_rows.append(len(X))
+        return score(self, X, *args, **kwargs)
+
+    monkeypatch.setattr(BPNNClassifier, "_score_unchecked", counted)
+    clf = BPNNClassifier(
+        (32,),
+        client=client,
+        max_iter=3,
+        rounds_per_epoch=2,
+        early_stopping=True,
+        n_iter_no_change=10,
+        run_log=log,
+        random_state=0,
+    )
+    clf.fit(X[:3000], y[:3000])
+    events = read_events(log)
+    rounds = [e for e in events if e["event"] == "round"]
+    epoch_ends = [
+        a for a, b in zip(rounds, rounds[1:] + [None]) if b is None or b["epoch"] > a["epoch"]
+    ]
+    assert clf.validation_scores_ == pytest.approx([e["val_score"] for e in epoch_ends])
+    (warm,) = [e for e in events if e["event"] == "warm_start"]
+    logged = [warm["val_score"]] + [e["val_score"] for e in rounds if e["val_score"] is not None]
+    assert len(scored_rows) == len(logged), (scored_rows, logged)  # each score logged once
+    assert set(scored_rows) == {3000 - int(3000 * 0.9)}  # all on the early-stopping split
+
+
 def test_time_spent_evaluating_is_not_training_time(client, data):
     """Scoring held-out data is the caller's measurement: the time the loop waits on it
     does not fill the time box; a score computed while the next round trains costs none."""
