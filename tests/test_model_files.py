@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-import skops.io as sio
 from distributed import Client, LocalCluster
 from sklearn.base import clone
 from sklearn.datasets import make_classification
@@ -58,7 +57,16 @@ def _pickle_round_trip(model):
     return pickle.loads(pickle.dumps(model))
 
 
+def _skops_io():
+    """skops, imported by the tests that use it: every test process collects this module,
+    and the import costs about a second."""
+    import skops.io
+
+    return skops.io
+
+
 def _skops_round_trip(model):
+    sio = _skops_io()
     data = sio.dumps(model)
     untrusted = set(sio.get_untrusted_types(data=data))
     # Checking the file is enough: nothing beyond the documented types needs trusting.
@@ -153,6 +161,7 @@ def test_a_model_file_that_names_a_client_loads_without_it(save, data, monkeypat
         monkeypatch.undo()
         loaded = pickle.loads(payload)
     else:
+        sio = _skops_io()
         payload = sio.dumps(model)
         monkeypatch.undo()
         untrusted = set(sio.get_untrusted_types(data=payload))
