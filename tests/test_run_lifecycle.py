@@ -22,6 +22,7 @@ from distributed import Client, LocalCluster, WorkerPlugin
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy
 
@@ -40,7 +41,8 @@ rng = np.random.default_rng(0)
 X = rng.standard_normal((20000, 20)).astype(np.float32)
 y = rng.integers(0, 3, len(X))
 with LocalCluster(
-    n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+    scheduler_kwargs={"dashboard_address": ":0"},  # no dashboard (its start costs ~0.4 s)
 ) as cluster, Client(cluster) as client:
     clf = BPNNClassifier(
         (64,), client=client, max_iter=10**6, n_iter_no_change=10**6, run_log=sys.argv[1],
@@ -247,9 +249,7 @@ def test_a_sigint_a_finalizer_swallows_still_stops_the_fit(cluster, tmp_path, si
 # ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-    ) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
         yield cluster
 
 
@@ -454,7 +454,7 @@ def test_a_killed_driver_leaves_no_run_state_or_keys_on_the_workers(tmp_path, du
         protocol="tcp",  # the driver is another process
         host="127.0.0.1",
         scheduler_port=0,
-        dashboard_address=":0",
+        **FREE_PORTS,
     ) as cluster:
         log = tmp_path / "fit.jsonl"
         script = tmp_path / "driver.py"
@@ -480,6 +480,7 @@ def test_a_killed_driver_leaves_no_run_state_or_keys_on_the_workers(tmp_path, du
         finally:
             proc.kill()
             proc.wait()
+            proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL
         fired = [p for p in plugins if p.fired.is_set()]
         assert fired
