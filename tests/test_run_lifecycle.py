@@ -36,13 +36,13 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump
 import numpy as np
 from distributed import Client, LocalCluster
 from hmdspt.estimator import BPNNClassifier
+from tests.clusters import FREE_PORTS  # no dashboard: its start costs ~0.4 s a process
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((20000, 20)).astype(np.float32)
 y = rng.integers(0, 3, len(X))
 with LocalCluster(
-    n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
-    scheduler_kwargs={"dashboard_address": ":0"},  # no dashboard (its start costs ~0.4 s)
+    n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS
 ) as cluster, Client(cluster) as client:
     clf = BPNNClassifier(
         (64,), client=client, max_iter=10**6, n_iter_no_change=10**6, run_log=sys.argv[1],
