@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.bench_suite import readme_commands, readme_test_command
 from hmdspt.core.runlog import read_events
 
 pytestmark = pytest.mark.heavy
@@ -55,11 +56,8 @@ def test_environment_yml_pins_match_pyproject():
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
-    commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
-    assert len(commands) == 2, "the README gives exactly two set-up commands"
-    test_command = next(c for c in commands if "pytest" in c)
-    assert test_command in (ROOT / ".ci" / "run").read_text()
+    assert len(readme_commands(readme)) == 2, "the README gives exactly two set-up commands"
+    assert readme_test_command(readme) in (ROOT / ".ci" / "run").read_text()
 
 
 @pytest.mark.alone
