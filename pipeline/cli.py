@@ -10,8 +10,9 @@ Sub-commands:
 
 Exit codes: 0 success; 2 a usage error (a malformed option value, a missing or conflicting
 option: argparse's own errors and :class:`UsageError`); 1 a runtime error (a missing or
-unusable file, a cluster or training failure). Either prints one line on stderr
-(``--debug`` shows the traceback instead). Progress goes to stderr, results to stdout.
+unusable file, a cluster or training failure). Either prints one line on stderr, as a
+warning does (``--debug`` shows the traceback instead, and warnings in Python's form).
+Progress goes to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -799,10 +800,25 @@ def _check_options(args: argparse.Namespace) -> None:
         _check_data_args(args.data, getattr(args, "target", None))
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, as errors are: not the file and source line of the
+    library code that raised it, which mean nothing to the command's user."""
+    text = " ".join(str(message).split())  # some libraries write paragraphs
+    print(f"hmdspt: warning: {text}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hmdspt ARGV``; the exit code (module docstring: 0, 1 or 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():  # puts the caller's warning display back on return
+        if not args.debug:  # --debug keeps Python's form, with where each was raised
+            warnings.showwarning = _warning_line
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; a runtime or usage error becomes one line and an exit code."""
     expected: tuple[type[BaseException], ...] = (CliError, OSError, ValueError, TimeoutError)
     try:
         _check_options(args)

@@ -1,11 +1,11 @@
 """Command-line conventions (issue 16, point 10).
 
-Usage errors exit 2, runtime errors 1, each with one line on stderr; training progress is a
-tqdm bar driven by the fit's round callback; ``hmdspt compare`` prints a line as each run
-ends and gives each run one colour in every panel of its chart; ``hmdspt monitor DIR``
-lists the logs of DIR's subfolders; plotting leaves the user's matplotlib backend alone;
-``--sync``, ``--partition`` and ``--rounds-per-epoch`` have help and the estimator's
-defaults.
+Usage errors exit 2, runtime errors 1, each with one line on stderr, as warnings are;
+training progress is a tqdm bar driven by the fit's round callback; ``hmdspt compare``
+prints a line as each run ends and gives each run one colour in every panel of its chart;
+``hmdspt monitor DIR`` lists the logs of DIR's subfolders; plotting leaves the user's
+matplotlib backend alone; ``--sync``, ``--partition`` and ``--rounds-per-epoch`` have help
+and the estimator's defaults.
 """
 
 from __future__ import annotations
@@ -79,6 +79,25 @@ def test_unusable_data_is_a_runtime_error_exit_1(tmp_path, capsys):
     code, err = _run(["train", "--in-process", "--data", str(path)], capsys)
     assert code == 1, err
     assert len(err.strip().splitlines()) == 1 and "NaN/infinite" in err
+
+
+def test_a_warning_is_one_line_without_the_library_source(tmp_path, capsys):
+    """A warning raised inside the fit reaches the command's user as one line, as errors do;
+    ``--debug`` keeps Python's form, with the file and line that raised it."""
+    path = tmp_path / "tiny.npz"
+    X, y = make_classification(n_samples=50, n_features=4, n_informative=2, random_state=0)
+    np.savez(path, X=X, y=y)  # 40 training rows: the CLI's batch of 256 is clipped
+    argv = ["train", "--in-process", "--data", str(path), "--epochs", "1", "--hidden", "4"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "batch_size" in line] == [
+        "hmdspt: warning: Got `batch_size` less than 1 or larger than sample size. "
+        "It is going to be clipped"
+    ], err
+    assert "estimator.py" not in err
+    with pytest.warns(UserWarning, match="batch_size"):
+        assert main(["--debug", *argv]) == 0
+    assert "hmdspt: warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
