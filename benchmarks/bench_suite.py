@@ -70,8 +70,10 @@ def time_command(side: str, revision: str, work: Path, tests_only: bool) -> Timi
     """Clone ``revision`` into ``work``, make a fresh venv and time its README's test command
     (only its pytest part, after the install, with ``tests_only``)."""
     clone, venv = work / "repo", work / "venv"
+    # Resolved here, where a branch name means this checkout's branch, not the clone's.
+    commit = _git("rev-parse", "--verify", f"{revision}^{{commit}}")
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", revision], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     command = readme_test_command((clone / "README.md").read_text())
     env = _fresh_env(venv)
@@ -93,13 +95,16 @@ def time_command(side: str, revision: str, work: Path, tests_only: bool) -> Timi
         )
         seconds, busy = time.perf_counter() - start, busy_cpu_seconds() - busy0
     lines = [line for line in log.read_text().splitlines() if line.strip()]
-    short = subprocess.run(
-        ["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    short = _git("rev-parse", "--short", commit)
     return Timing(side, short, seconds, busy, done.returncode, lines[-1] if lines else "")
+
+
+def _git(*args: str) -> str:
+    """The output of ``git ARGS`` in this checkout."""
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
 
 
 def _parts_present() -> str:
@@ -118,6 +123,7 @@ def _parts_present() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time both suites in turns and print each run, the medians and their ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default=FILED_AT, help=f"revision (default {FILED_AT})")
     parser.add_argument("--runs", type=int, default=1, help="pairs, in turns (default 1)")
@@ -125,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tests-only", action="store_true", help="time only the pytest part, after each install"
     )
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs: expected a positive integer, got {args.runs}")
     what = "pytest part" if args.tests_only else "whole command, install included"
     print(f"# The README's test command ({what}), fresh clone and venv, in turns")
     print(f"machine: {os.cpu_count()} cores; optional parts: {_parts_present()}")
