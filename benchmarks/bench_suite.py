@@ -48,6 +48,8 @@ def readme_test_command(readme: str) -> str:
 
 @dataclass
 class Timing:
+    """One timed run of a revision's test command."""
+
     side: str
     revision: str
     seconds: float
