@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import fcntl
 import gc
+import getpass
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -14,6 +16,13 @@ from pathlib import Path
 # each spawning a fresh interpreter (distributed's own suite does the same). Set before
 # dask is imported so that the subprocesses the tests start (the CLI) inherit it.
 os.environ.setdefault("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "forkserver")
+# Hypothesis keeps its example database and its cache of source constants in ./.hypothesis,
+# the folder the tests are run from, by default. The tests write nothing into the user's
+# folders, so it goes to the temporary folder (kept between runs: a failing example replays).
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY",
+    str(Path(tempfile.gettempdir()) / f"hmdspt-tests-{getpass.getuser()}" / "hypothesis"),
+)
 
 import pytest  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import textwrap
+from pathlib import Path
 
 import dask
 
@@ -35,6 +36,9 @@ from hmdspt.parallel.pools import (
 )
 
 pytestmark = pytest.mark.heavy
+
+# The repository's example, found from this file so the tests pass from any folder.
+EXAMPLE_POOLS = Path(__file__).resolve().parents[1] / "examples" / "pools.yaml"
 
 POOLS = [
     PoolSpec("small", count=3, cores=1, memory="2GiB", processes=1, queue="short",
@@ -274,13 +278,13 @@ def test_duplicate_pool_names_are_refused():
 
 # ---------------------------------------------------------------------- pools files
 def test_example_pools_file_parses_and_prints(capsys):
-    config = load_cluster_config("examples/pools.yaml")
+    config = load_cluster_config(EXAMPLE_POOLS)
     assert config.kind == "slurm"
     assert [p.name for p in config.pools] == ["small", "big"]
     assert config.common["interface"] == "lo" and config.common["death_timeout"] == 60
     parser = argparse.ArgumentParser()
     add_cluster_arguments(parser)
-    args = parser.parse_args(["--cluster-config", "examples/pools.yaml"])
+    args = parser.parse_args(["--cluster-config", str(EXAMPLE_POOLS)])
     assert cmd_cluster_dry_run(args) == 0
     out = capsys.readouterr().out
     assert "# ---- pool small: 1 job x 1 core, 1.00 GiB" in out
