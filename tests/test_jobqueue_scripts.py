@@ -375,7 +375,16 @@ def test_cluster_argument_choices():
 
 
 # ------------------------------------------------- the pool machinery on local "jobs"
+@pytest.fixture
+def jobs_tmp(tmp_path, monkeypatch):
+    """The local "jobs" write their temporary files into the test's folder: a job that is
+    cancelled is SIGKILLed, as a batch system would, and its nanny's multiprocessing
+    folder (a forkserver socket) would be left in the machine's temporary folder."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("jobs_tmp")
 def test_local_pools_share_one_scheduler_and_scale_per_pool():
     from distributed import Client
 
@@ -438,6 +447,7 @@ def test_local_pools_share_one_scheduler_and_scale_per_pool():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("jobs_tmp")
 def test_a_pool_adapts_to_the_load_between_its_own_bounds():
     """adapt(pool=, minimum_jobs=, maximum_jobs=): up to the maximum under load, back to
     the minimum after; the other pool is left alone."""
@@ -476,6 +486,7 @@ def test_a_pool_adapts_to_the_load_between_its_own_bounds():
             adaptive.stop()
 
 
+@pytest.mark.usefixtures("jobs_tmp")
 def test_pools_timeout_names_the_missing_workers():
     from hmdspt.parallel.pools import PoolsTimeoutError
 
@@ -499,6 +510,7 @@ def _wait_until(condition, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.usefixtures("jobs_tmp")
 def test_local_pools_file_through_client_from_args(tmp_path):
     path = tmp_path / "pools.yaml"
     path.write_text(
