@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -120,11 +121,18 @@ class PanelServer:
         self.stop()
 
 
+# Chromium writes its crash-report settings and a dconf cache under the user's home even
+# with a profile of its own: a folder of this test process instead, removed as it ends.
+_BROWSER_HOME = tempfile.TemporaryDirectory(prefix="hmdspt-chromium-")
+
+
 def launch_browser(playwright: Any) -> Any:
     """Headless Debian chromium with outside hosts blocked."""
     require_chromium()
+    home = Path(_BROWSER_HOME.name)
+    env = dict(os.environ, XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"))
     return playwright.chromium.launch(
-        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, env=env
     )
 
 
