@@ -84,6 +84,12 @@ def test_train_on_emulated_cluster_prints_worker_table_and_writes_run_log(emulat
     assert log.stem == events[0]["run_id"]  # runs/<run_id>.jsonl
     assert "epoch 2/2" in result.stderr  # the progress bar (stderr: stdout holds results)
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
+    # The bar's running figures are the run log's summary once the last round is in.
+    last = result.stderr.replace("\r", "\n").split("so far: ")[-1]
+    idle, efficiency = re.match(r"fastest idle ([0-9.]+)%, efficiency ([0-9.]+)", last).groups()
+    summary = events[-1]["summary"]
+    assert float(idle) == pytest.approx(100 * summary["fastest_idle_fraction"], abs=0.051)
+    assert float(efficiency) == pytest.approx(summary["efficiency"], abs=0.0051)
     # What equal shares and the fastest worker alone would cost, labelled as predicted,
     # with the figures of the run log's prediction.
     (prediction,) = [e for e in events if e["event"] == "prediction"]
