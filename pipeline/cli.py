@@ -305,19 +305,23 @@ class _RoundBar:
 
 
 def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
-    """Print ``rows`` in right-aligned columns ``(title, key, format)``; None prints "-"."""
-    header = "  ".join(
-        f"{title:>{len(title) if i == 0 else 12}}" for i, (title, _, _) in enumerate(columns)
-    )
-    print(header)
-    for row in rows:
-        cells = ("-" if row[key] is None else format(row[key], fmt) for _, key, fmt in columns)
-        print(
-            "  ".join(
-                f"{cell:>{len(title) if i == 0 else 12}}"
-                for i, (cell, (title, _, _)) in enumerate(zip(cells, columns))
-            )
-        )
+    """Print ``rows`` in columns ``(title, key, format)``; None prints "-".
+
+    The first column (names) is left-aligned and as wide as its longest cell (the worker
+    names of an existing cluster are addresses); the others are right-aligned, at least 12
+    characters wide.
+    """
+    cells = [
+        ["-" if row[key] is None else format(row[key], fmt) for _, key, fmt in columns]
+        for row in rows
+    ]
+    widths = [
+        max([len(title) if i == 0 else 12] + [len(line[i]) for line in cells])
+        for i, (title, _, _) in enumerate(columns)
+    ]
+    for line in [[title for title, _, _ in columns], *cells]:
+        rest = (f"{cell:>{width}}" for cell, width in zip(line[1:], widths[1:]))
+        print("  ".join([f"{line[0]:<{widths[0]}}", *rest]))
 
 
 def _logged_summary(path) -> dict:

@@ -310,3 +310,20 @@ def test_the_cli_reads_the_rows_that_staging_stages(client, tmp_path, layout):
         shard = future.result()
         np.testing.assert_array_equal(data.X[shard.row_ids], shard.X)
         np.testing.assert_array_equal(data.y[shard.row_ids], shard.y)
+
+
+def test_a_table_stays_aligned_when_worker_names_are_addresses(capsys):
+    from hmdspt.cli import _print_table
+
+    rows = [
+        {"name": "tcp://127.0.0.1:40309", "score": 359123.4, "idle": None},
+        {"name": "w", "score": 9.0, "idle": 4.25},
+    ]
+    _print_table(rows, [("worker", "name", "s"), ("samples/s", "score", ",.0f"),
+                        ("idle %", "idle", ".1f")])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "worker                    samples/s        idle %",
+        "tcp://127.0.0.1:40309       359,123             -",
+        "w                                 9           4.2",
+    ]
