@@ -272,3 +272,21 @@ def test_every_option_has_help():
         if not a.help
     ]
     assert missing == []
+
+
+def test_a_reader_that_closes_stdout_early_gets_no_error_line():
+    """``hmdspt ... | head``: the command stops quietly, as other tools do (exit 1), with no
+    error line or traceback about the broken pipe."""
+    from pathlib import Path
+
+    pools = Path(__file__).resolve().parents[1] / "examples" / "pools.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hmdspt", "cluster", "--dry-run", "--cluster", "slurm",
+         "--cluster-config", str(pools)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    proc.stdout.close()  # before it writes: every write meets a closed pipe
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 1
+    assert stderr == ""
