@@ -12,6 +12,7 @@ Exit codes: 0 success; 2 a usage error (a malformed option value, a missing or c
 option: argparse's own errors and :class:`UsageError`); 1 a runtime error (a missing or
 unusable file, a cluster or training failure). Either prints one line on stderr, as a
 warning does (``--debug`` shows the traceback instead, and warnings in Python's form).
+A reader that closes stdout early (``| head``) ends the command with 1 and no line.
 Progress goes to stderr, results to stdout.
 """
 
