@@ -237,8 +237,9 @@ def _cluster_and_client(args: argparse.Namespace):
     """A client of ``--scheduler``, ``--cluster``/``--cluster-config`` pools, or a new
     emulated local cluster with ``--speeds``; returns (ExitStack, client, label).
 
-    Called before any data is built, so that a scheduler that does not answer is
-    reported at once.
+    Nothing waits on the data before it: a scheduler that does not answer is reported as
+    soon as the wait ends (the driver's data may be read meanwhile, in a thread:
+    :func:`_read_while_the_cluster_starts`).
     """
     from hmdspt.parallel.cluster import connect_timeout_s
     from hmdspt.parallel.pools import client_from_args
