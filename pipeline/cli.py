@@ -264,7 +264,7 @@ class _RoundBar:
     and the fastest worker's idle share and the parallel efficiency of the rounds so far,
     summed as the run log's summary sums them (:class:`hmdspt.core.runlog.RunTotals`): one
     round's idle share jumps with the round's jitter (0-30 % from round to round on the
-    emulated 4:2:1 cluster), and the fit's ends where the table after it starts.
+    emulated 4:2:1 cluster), and the running figures end on the run log's summary.
     """
 
     def __init__(self, epochs: int, file=None) -> None:

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -277,8 +278,6 @@ def test_every_option_has_help():
 def test_a_reader_that_closes_stdout_early_gets_no_error_line():
     """``hmdspt ... | head``: the command stops quietly, as other tools do (exit 1), with no
     error line or traceback about the broken pipe."""
-    from pathlib import Path
-
     pools = Path(__file__).resolve().parents[1] / "examples" / "pools.yaml"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hmdspt", "cluster", "--dry-run", "--cluster", "slurm",
