@@ -966,17 +966,13 @@ class _BaseBPNN(BaseEstimator):
     def _cluster_target(self, incremental: bool):
         """What this fit trains on: None for in-process, else what ``connect`` takes."""
         client = self.client
-        if client is False:
+        if client is False or incremental:  # partial_fit: one pass here, whatever `client` is
             return None
         if client is None:
-            if incremental:  # partial_fit trains in-process even inside an active Client
-                return None
             active = _active_client()
             if active is None and self.__dict__.get("_client_not_pickled"):
                 self._refuse_fit_without_the_pickled_client()
             return active
-        if incremental:
-            raise ValueError("partial_fit runs in-process; set client=None or client=False")
         return client
 
     def _refuse_fit_without_the_pickled_client(self) -> None:
@@ -1668,7 +1664,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, sample_weight=None, classes=None):
-        """Update the model with one epoch over the given data.
+        """Update the model with one epoch over the given data, in this process.
+
+        Always in-process, whatever ``client`` is (also after a fit on a cluster): the
+        cluster's round loop is :meth:`fit`'s. Dask input is computed here first.
 
         Parameters
         ----------
@@ -2035,7 +2034,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, sample_weight=None):
-        """Update the model with one epoch over the given data.
+        """Update the model with one epoch over the given data, in this process.
+
+        Always in-process, whatever ``client`` is (also after a fit on a cluster): the
+        cluster's round loop is :meth:`fit`'s. Dask input is computed here first.
 
         Parameters
         ----------

@@ -79,6 +79,19 @@ def test_a_fit_inside_an_active_client_uses_it_and_false_fits_in_process(cluster
         assert client.status == "running"  # and is not closed by the fit
 
 
+def test_partial_fit_after_a_cluster_fit_trains_in_process_whatever_client_is(cluster, data):
+    X, y = data
+    with Client(cluster) as client:
+        model = _fit(_model(client=client), X, y)
+        assert _on_cluster(model)
+        before, coefs, steps = _clients(cluster), model.coefs_[0].copy(), model.t_
+        model.partial_fit(X, y)  # used to refuse: "partial_fit runs in-process; set client=..."
+        assert model.t_ > steps and not np.allclose(model.coefs_[0], coefs)
+        assert _clients(cluster) == before and client.status == "running"
+        # An address is not even connected to.
+        _model(client="tcp://127.0.0.1:1").partial_fit(X, y, classes=np.unique(y))
+
+
 @pytest.mark.parametrize("given", ["address", "cluster", "scheduler file"])
 def test_a_fit_closes_the_client_it_opened(cluster, data, given, tmp_path):
     X, y = data
