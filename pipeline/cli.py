@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -343,8 +344,6 @@ def _logged_summary(path) -> dict:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from sklearn.exceptions import ConvergenceWarning
 
     from hmdspt.estimator import BPNNClassifier
@@ -591,8 +590,6 @@ def _scaled_data(args: argparse.Namespace, pending: Future | None = None):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from hmdspt.compare import format_table, plot, run_comparison, why_one_process_won
     from hmdspt.parallel.client import scheduler_workers
     from hmdspt.parallel.cluster_options import BATCH_SYSTEMS
@@ -847,6 +844,10 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("give either --scheduler or --cluster/--cluster-config")
     if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
         _check_data_args(args.data, getattr(args, "target", None))
+    if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now
+        from hmdspt.core.runlog import check_log_path
+
+        check_log_path(Path(args.run_dir) / "<run_id>.jsonl")
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:

@@ -163,3 +163,16 @@ def test_unseen_labels_in_partial_fit_name_the_labels():
     with pytest.raises(ValueError, match="classes not in") as info:
         clf.partial_fit(X[:4], [0, 1, 7, 7])
     assert "7" in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_a_file_in_the_run_dirs_way_fails_before_any_work(tmp_path, capsys, command):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main([command, "--run-dir", str(blocker / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""  # no cluster started, no data built
+    assert err.strip() == (
+        f"hmdspt: error: run_log {blocker / 'runs' / '<run_id>.jsonl'}: {blocker} is a file, "
+        "not a folder"
+    )

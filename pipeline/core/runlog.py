@@ -44,6 +44,7 @@ __all__ = [
     "RunLogTail",
     "RunTotals",
     "RunLogWriter",
+    "check_log_path",
     "event_problem",
     "finite",
     "fit_wall_time",
@@ -96,6 +97,24 @@ def new_run_id(now: float | None = None) -> str:
     seconds, millis = divmod(round(t * 1000), 1000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
     return f"{stamp}.{millis:03d}Z-{secrets.token_hex(3)}"
+
+
+def check_log_path(path: str | os.PathLike) -> None:
+    """Fail with one line when a run log cannot be created at ``path``.
+
+    Raises
+    ------
+    ValueError
+        When ``path`` is a folder, or the nearest of its parents that exists is a file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"run_log {path}: it is a folder, not a file")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"run_log {path}: {parent} is a file, not a folder")
+            return
 
 
 def to_json_native(obj: Any) -> Any:
@@ -218,14 +237,7 @@ class RunLogWriter:
 
     @staticmethod
     def _check_file_path(path: Path) -> None:
-        """Fail with one line when ``path`` cannot be created as a file."""
-        if path.is_dir():
-            raise ValueError(f"run_log {path}: it is a folder, not a file")
-        for parent in path.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise ValueError(f"run_log {path}: {parent} is a file, not a folder")
-                return
+        check_log_path(path)
 
     def _write_bytes(self, data: bytes) -> bool:
         """Append ``data``; False when the log has stopped (now or before)."""
