@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
@@ -167,7 +168,10 @@ def monitor_main(
 
     from hmdspt.app.monitor import served_page
 
-    port = int(port) or _free_port(address)
+    try:
+        port = int(port) or _free_port(address)
+    except OSError as exc:  # an address of no interface here
+        return _cannot_listen(address, None, exc)
     auth: dict[str, Any] = {}
     if users:
         auth = {
@@ -196,4 +200,21 @@ def monitor_main(
         )
     except KeyboardInterrupt:
         pass
+    except OSError as exc:
+        if exc.errno not in _BIND_ERRORS:
+            raise
+        return _cannot_listen(address, port, exc)
     return 0
+
+
+# What binding a listening socket can fail with: the port taken, an address of no interface
+# here, a port below 1024 for a user who may not have it.
+_BIND_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def _cannot_listen(address: str, port: int | None, exc: OSError) -> int:
+    """Say in one line that the monitor cannot listen where it was asked; the exit code."""
+    where = address if port is None else f"{address}:{port}"
+    reason = exc.strerror or str(exc)
+    print(f"hmdspt monitor: error: cannot listen on {where}: {reason}", file=sys.stderr)
+    return 1

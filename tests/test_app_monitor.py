@@ -481,6 +481,26 @@ def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
     assert "no run log or folder" in capsys.readouterr().err
 
 
+def test_monitor_main_that_cannot_listen_says_where_in_one_line(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from hmdspt.app.cli import monitor_main
+
+    monkeypatch.setenv("BOKEH_RESOURCES", "server")  # monitor_main sets it for Panel
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert monitor_main(tmp_path, port=port) == 1
+    # 192.0.2.1 is a documentation address (RFC 5737): no interface here has it.
+    assert monitor_main(tmp_path, address="192.0.2.1") == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"hmdspt monitor: error: cannot listen on 127.0.0.1:{port}: Address already in use",
+        "hmdspt monitor: error: cannot listen on 192.0.2.1: Cannot assign requested address",
+    ]
+
+
 def test_odd_but_valid_json_events_do_not_break_the_page(tmp_path):
     # Readers must ignore what they do not know and treat bad numbers as unknown; an event
     # whose lists or objects have the wrong type is skipped and counted (4 here).
