@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hmdspt import BPNNClassifier
 from hmdspt.core import speed
 from hmdspt.core.checkpoint import (
     CheckpointError,
@@ -299,6 +300,19 @@ def test_resume_needs_a_folder():
         TrainerConfig(resume=True).validate()
     with pytest.raises(ValueError, match="checkpoint_every"):
         TrainerConfig(checkpoint_every=0).validate()
+
+
+def test_a_checkpoint_dir_with_a_file_in_its_way_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError) as below:  # fit validates its options before any work
+        BPNNClassifier(max_iter=1, checkpoint_dir=str(blocker / "ckpt")).fit([[0.0], [1.0]], [0, 1])
+    assert str(below.value) == (
+        f"checkpoint_dir {blocker / 'ckpt'}: {blocker} is a file, not a folder"
+    )
+    with pytest.raises(ValueError, match=r"checkpoint_dir .*: it is a file, not a folder"):
+        TrainerConfig(checkpoint_dir=str(blocker)).validate()
+    TrainerConfig(checkpoint_dir=str(tmp_path / "new" / "folder")).validate()  # made later
 
 
 # -------------------------------------------------- kill the driver, resume the fit

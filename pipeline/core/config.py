@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from numbers import Integral
 
 from hmdspt.core import strategies
+from hmdspt.core.checkpoint import check_checkpoint_dir
 from hmdspt.core.merge import COMPRESSION_METHODS
 from hmdspt.core.rounds import MAX_LOCAL_STEPS, SYNC_BUDGET
 
@@ -202,3 +203,5 @@ class TrainerConfig:
             raise ValueError(f"eval_resolution must be >= 0, got {self.eval_resolution}")
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
+        if self.checkpoint_dir:  # before any work, not at the first save
+            check_checkpoint_dir(self.checkpoint_dir)
