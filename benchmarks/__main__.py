@@ -13,6 +13,7 @@ quotas (and ``tc`` links) enforced by the kernel (``benchmarks/testbed.py``; nee
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import importlib
@@ -102,12 +103,20 @@ def assemble(head: str, sections: dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
-    names = list(argv if argv is not None else sys.argv[1:]) or ["all"]
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run, or all (the default): {', '.join(SUITE)}",
+    )
+    names = parser.parse_args(argv).names or ["all"]
     chosen = list(SUITE) if names == ["all"] else names
     unknown = [n for n in chosen if n not in SUITE]
     if unknown:
-        print(f"unknown benchmark(s) {unknown}; choose from {list(SUITE)} or 'all'")
-        return 2
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {list(SUITE)} or 'all'")
     # A subset replaces only its own sections of an existing results file.
     sections = _read_sections(RESULTS) if names != ["all"] else {}
     for name in chosen:

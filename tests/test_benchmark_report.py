@@ -469,3 +469,15 @@ def test_a_suite_variant_runs_its_module_with_its_arguments(tmp_path, monkeypatc
     text = (tmp_path / "results.md").read_text()
     assert "## fake-x (" in text and "fake ran with ['--cluster', 'testbed']" in text
     sys.modules.pop("fake_bench", None)
+
+
+def test_the_suite_runner_has_help_and_refuses_an_unknown_name(capsys):
+    from benchmarks import __main__ as suite
+
+    with pytest.raises(SystemExit) as done:
+        suite.main(["--help"])
+    assert done.value.code == 0 and "worth-testbed" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        suite.main(["nope"])
+    assert done.value.code == 2
+    assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err.splitlines()[-1]
