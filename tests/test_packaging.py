@@ -54,6 +54,31 @@ def test_environment_yml_pins_match_pyproject():
             assert dep.strip()[len(_name(dep)) :] == pins[_name(dep)], dep
 
 
+def test_every_library_the_package_imports_is_one_of_its_dependencies():
+    """Not one that happens to come with another (tqdm came with Panel)."""
+    import ast
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"]}
+    declared |= {_name(r) for r in project["optional-dependencies"]["jobqueue"]}
+    modules = set()
+    for path in [*ROOT.joinpath("pipeline").rglob("*.py"), *ROOT.joinpath("app").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    third_party = modules - set(sys.stdlib_module_names) - {"hmdspt", "__future__"}
+    distributions = packages_distributions()
+    undeclared = {
+        module: distributions.get(module)
+        for module in third_party
+        if not any(_name(d) in declared for d in distributions.get(module, []))
+    }
+    assert undeclared == {}
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert len(readme_commands(readme)) == 2, "the README gives exactly two set-up commands"
