@@ -54,26 +54,39 @@ def test_environment_yml_pins_match_pyproject():
             assert dep.strip()[len(_name(dep)) :] == pins[_name(dep)], dep
 
 
-def test_every_library_the_package_imports_is_one_of_its_dependencies():
-    """Not one that happens to come with another (tqdm came with Panel)."""
+def _imported_libraries(*folders: str) -> set[str]:
+    """Top-level modules the ``.py`` files under ``folders`` import, less the standard
+    library and the repository's own packages."""
     import ast
+
+    modules = set()
+    for folder in folders:
+        for path in ROOT.joinpath(folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules.add(node.module.split(".")[0])
+    own = {"hmdspt", "tests", "scripts", "benchmarks", "__future__"}
+    return modules - set(sys.stdlib_module_names) - own
+
+
+@pytest.mark.parametrize(
+    "folders, extras", [(("pipeline", "app"), ("jobqueue",)), (("tests",), ("jobqueue", "test"))]
+)
+def test_every_library_imported_is_a_declared_dependency(folders, extras):
+    """Not one that happens to come with another (tqdm came with Panel, psutil with
+    distributed): the package's in its dependencies, the tests' in them or the extras."""
     from importlib.metadata import packages_distributions
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = {_name(r) for r in project["dependencies"]}
-    declared |= {_name(r) for r in project["optional-dependencies"]["jobqueue"]}
-    modules = set()
-    for path in [*ROOT.joinpath("pipeline").rglob("*.py"), *ROOT.joinpath("app").rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules.add(node.module.split(".")[0])
-    third_party = modules - set(sys.stdlib_module_names) - {"hmdspt", "__future__"}
+    for extra in extras:
+        declared |= {_name(r) for r in project["optional-dependencies"][extra]}
     distributions = packages_distributions()
     undeclared = {
         module: distributions.get(module)
-        for module in third_party
+        for module in _imported_libraries(*folders)
         if not any(_name(d) in declared for d in distributions.get(module, []))
     }
     assert undeclared == {}
