@@ -19,7 +19,9 @@ Progress goes to stderr, results to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
+import io
 import os
 import sys
 import time
@@ -288,6 +290,17 @@ class _RoundBar:
     def __exit__(self, *exc) -> None:
         self.bar.close()
 
+    @contextlib.contextmanager
+    def lines_above(self):
+        """A context in which what the fit prints (``--verbose``'s loss lines) goes above the
+        bar, whole lines at a time, not glued to it where stdout and stderr share a terminal."""
+        out = _LinesAboveBar(self.bar, sys.stdout)
+        try:
+            with contextlib.redirect_stdout(out):
+                yield
+        finally:
+            out.finish()
+
     def __call__(self, record) -> None:
         """The ``on_round`` callback: one :class:`hmdspt.parallel.trainer.RoundRecord`."""
         self.totals.add(
@@ -306,6 +319,33 @@ class _RoundBar:
             refresh=False,
         )
         self.bar.update(1)
+
+
+class _LinesAboveBar(io.TextIOBase):
+    """stdout while a bar is drawn: each complete line clears the bar, is written to ``out``
+    and the bar is drawn again below it."""
+
+    def __init__(self, bar, out) -> None:
+        self.bar, self.out, self.pending = bar, out, ""
+
+    def write(self, text: str) -> int:
+        lines, _, self.pending = (self.pending + text).rpartition("\n")
+        if lines:
+            self.bar.clear()
+            self.out.write(lines + "\n")
+            self.out.flush()
+            self.bar.refresh()
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def finish(self) -> None:
+        """Write what is left of a last line that had no newline."""
+        if self.pending:
+            self.out.write(self.pending)
+            self.pending = ""
+        self.out.flush()
 
 
 def _print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
@@ -383,7 +423,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     **params,
                 )
                 start = time.perf_counter()
-                with _RoundBar(args.epochs) as progress:
+                with _RoundBar(args.epochs) as progress, progress.lines_above():
                     clf.fit(X_train, y_train, eval_set=eval_set, on_round=progress)
                 wall = time.perf_counter() - start
                 # While the cluster is up: Dask test data is scored by its workers.

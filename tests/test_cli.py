@@ -327,3 +327,21 @@ def test_a_table_stays_aligned_when_worker_names_are_addresses(capsys):
         "tcp://127.0.0.1:40309       359,123             -",
         "w                                 9           4.2",
     ]
+
+
+def test_verbose_lines_go_above_the_progress_bar_not_glued_to_it():
+    """Where stdout and stderr share a terminal (one buffer here), each line the fit prints
+    starts a line of its own, and the bar is drawn again below it."""
+    from hmdspt.cli import _RoundBar
+
+    screen = io.StringIO()
+    with _RoundBar(2, file=screen) as progress, contextlib.redirect_stdout(screen):
+        progress.bar.set_postfix_str("epoch 1/2", refresh=True)
+        with progress.lines_above():
+            print("Iteration 1, ", end="")  # a line printed in parts is kept whole
+            print("loss = 0.5")
+            print("no newline", end="")
+    segments = re.split(r"[\r\n]", screen.getvalue())
+    line = segments.index("Iteration 1, loss = 0.5")  # a segment of its own
+    assert any(s.startswith("training") for s in segments[line:])  # the bar, drawn again
+    assert "no newline" in screen.getvalue()
