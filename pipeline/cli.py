@@ -719,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--speeds",
             type=_positive_floats,
-            default=(4.0, 2.0, 1.0),
+            default=None,  # 4,2,1 where used: None says it was not given
             help="relative speeds of an emulated local cluster (default: 4,2,1)",
         )
         p.add_argument(
@@ -880,8 +880,20 @@ def _check_options(args: argparse.Namespace) -> None:
     """Refuse option combinations argparse cannot express, before any work starts."""
     scheduler = getattr(args, "scheduler", None)
     kind = getattr(args, "cluster", None)
-    if scheduler and (getattr(args, "cluster_config", None) or kind not in (None, "local")):
+    pools = getattr(args, "cluster_config", None) or kind not in (None, "local")
+    if scheduler and pools:
         raise UsageError("give either --scheduler or --cluster/--cluster-config")
+    given_speeds = getattr(args, "speeds", None) is not None
+    if getattr(args, "in_process", False) and (given_speeds or scheduler or kind or pools):
+        raise UsageError(
+            "--in-process trains without a cluster: give no --speeds, --scheduler, --cluster "
+            "or --cluster-config"
+        )
+    if given_speeds and (scheduler or pools):
+        raise UsageError(
+            "--speeds sets an emulated local cluster: give it without --scheduler, "
+            "--cluster-config or a batch --cluster"
+        )
     if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
         _check_data_args(args.data, getattr(args, "target", None))
     if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now

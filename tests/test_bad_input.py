@@ -176,3 +176,21 @@ def test_a_file_in_the_run_dirs_way_fails_before_any_work(tmp_path, capsys, comm
         f"hmdspt: error: run_log {blocker / 'runs' / '<run_id>.jsonl'}: {blocker} is a file, "
         "not a folder"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--in-process", "--speeds", "2,1"], "--in-process trains without a cluster"),
+        (["--in-process", "--scheduler", "tcp://127.0.0.1:1"], "--in-process trains without"),
+        (["--in-process", "--cluster", "local"], "--in-process trains without a cluster"),
+        (["--speeds", "2,1", "--scheduler", "tcp://127.0.0.1:1"], "--speeds sets an emulated"),
+        (["--speeds", "2,1", "--cluster", "slurm"], "--speeds sets an emulated local cluster"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused_before_any_work(capsys, args, message):
+    assert main(["train", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no cluster, no data
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"hmdspt: error: {message}")
