@@ -896,10 +896,12 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
         _check_data_args(args.data, getattr(args, "target", None))
-    if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now
-        from hmdspt.core.runlog import check_log_path
+    from hmdspt.core.runlog import check_file_path
 
-        check_log_path(Path(args.run_dir) / "<run_id>.jsonl")
+    if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now
+        check_file_path(Path(args.run_dir) / "<run_id>.jsonl")
+    if getattr(args, "chart", None):  # not after every comparison has run
+        check_file_path(args.chart, "--chart")
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:

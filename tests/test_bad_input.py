@@ -165,17 +165,24 @@ def test_unseen_labels_in_partial_fit_name_the_labels():
     assert "7" in str(info.value)
 
 
-@pytest.mark.parametrize("command", ["train", "compare"])
-def test_a_file_in_the_run_dirs_way_fails_before_any_work(tmp_path, capsys, command):
+@pytest.mark.parametrize(
+    "command, option, named",
+    [
+        ("train", "--run-dir", "run_log {}/<run_id>.jsonl"),
+        ("compare", "--run-dir", "run_log {}/<run_id>.jsonl"),
+        ("compare", "--chart", "--chart {}"),
+    ],
+)
+def test_a_file_in_an_output_paths_way_fails_before_any_work(
+    tmp_path, capsys, command, option, named
+):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code = main([command, "--run-dir", str(blocker / "runs")])
+    code = main([command, option, str(blocker / "out")])
     out, err = capsys.readouterr()
-    assert code == 1 and out == ""  # no cluster started, no data built
-    assert err.strip() == (
-        f"hmdspt: error: run_log {blocker / 'runs' / '<run_id>.jsonl'}: {blocker} is a file, "
-        "not a folder"
-    )
+    assert code == 1 and out == ""  # no cluster started, no data built, nothing compared
+    where = named.format(blocker / "out")
+    assert err.strip() == f"hmdspt: error: {where}: {blocker} is a file, not a folder"
 
 
 @pytest.mark.parametrize(

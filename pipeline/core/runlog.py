@@ -44,7 +44,7 @@ __all__ = [
     "RunLogTail",
     "RunTotals",
     "RunLogWriter",
-    "check_log_path",
+    "check_file_path",
     "event_problem",
     "finite",
     "fit_wall_time",
@@ -99,8 +99,8 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}.{millis:03d}Z-{secrets.token_hex(3)}"
 
 
-def check_log_path(path: str | os.PathLike) -> None:
-    """Fail with one line when a run log cannot be created at ``path``.
+def check_file_path(path: str | os.PathLike, what: str = "run_log") -> None:
+    """Fail with one line, naming ``what``, when a file cannot be created at ``path``.
 
     Raises
     ------
@@ -109,11 +109,11 @@ def check_log_path(path: str | os.PathLike) -> None:
     """
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"run_log {path}: it is a folder, not a file")
+        raise ValueError(f"{what} {path}: it is a folder, not a file")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise ValueError(f"run_log {path}: {parent} is a file, not a folder")
+                raise ValueError(f"{what} {path}: {parent} is a file, not a folder")
             return
 
 
@@ -237,7 +237,7 @@ class RunLogWriter:
 
     @staticmethod
     def _check_file_path(path: Path) -> None:
-        check_log_path(path)
+        check_file_path(path)
 
     def _write_bytes(self, data: bytes) -> bool:
         """Append ``data``; False when the log has stopped (now or before)."""
