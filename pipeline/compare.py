@@ -14,6 +14,7 @@ after every epoch).
 from __future__ import annotations
 
 import functools
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -397,5 +398,12 @@ def plot(results: list[RunResult], target: float, path: str | Path, title: str) 
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    # Whole or not at all: a full disk or an interrupt mid-write leaves the previous chart
+    # (or none), never a truncated PNG under the chart's name.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fig.savefig(partial, dpi=110, format="png")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path

@@ -202,6 +202,27 @@ def test_compare_chart_gives_each_run_one_colour_in_every_panel(tmp_path, monkey
     assert len({c.pop() for c in colours.values()}) == len(colours)  # and runs differ
 
 
+def test_a_chart_that_fails_mid_write_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from hmdspt.compare import plot
+
+    chart = plot(_results(), 0.75, tmp_path / "c.png", "t")
+    before = chart.read_bytes()
+
+    def full_disk(self, fname, **kwargs):  # half a PNG, then the disk is full
+        Path(fname).write_bytes(before[: len(before) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        plot(_results(), 0.75, chart, "t")
+    assert chart.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png"]  # no partial file left
+
+
 def test_compare_plot_leaves_the_matplotlib_backend_alone(tmp_path):
     code = (
         "import sys, matplotlib; matplotlib.use('svg'); "
