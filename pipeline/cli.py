@@ -12,7 +12,9 @@ Exit codes: 0 success; 2 a usage error (a malformed option value, a missing or c
 option: argparse's own errors and :class:`UsageError`); 1 a runtime error (a missing or
 unusable file, a cluster or training failure). Either prints one line on stderr, as a
 warning does (``--debug`` shows the traceback instead, and warnings in Python's form).
-A reader that closes stdout early (``| head``) ends the command with 1 and no line.
+A reader that closes stdout early (``| head``) ends the command with 1 and no line; Ctrl-C
+outside a fit with 130 and ``hmdspt: interrupted`` (in a fit it stops the fit, which keeps
+its model, and the command goes on to report it).
 Progress goes to stderr, results to stdout.
 """
 
@@ -34,6 +36,7 @@ import numpy as np
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds in [0, 2**32)
 
 
@@ -918,7 +921,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():  # puts the caller's warning display back on return
         if not args.debug:  # --debug keeps Python's form, with where each was raised
             warnings.showwarning = _warning_line
-        return _run(args)
+        try:
+            return _run(args)
+        except KeyboardInterrupt:  # Ctrl-C outside a fit (a fit stops at its round's end)
+            if args.debug:
+                raise
+            print("hmdspt: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -310,3 +310,18 @@ def test_a_reader_that_closes_stdout_early_gets_no_error_line():
     proc.stderr.close()
     assert proc.wait(timeout=60) == 1
     assert stderr == ""
+
+
+def test_ctrl_c_outside_a_fit_ends_with_130_and_one_line():
+    """While it connects (before any fit): no traceback, the shell's code for Ctrl-C."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hmdspt", "train", "--scheduler", "tcp://127.0.0.1:1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr.readline().startswith("connecting to the Dask scheduler")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines() == ["hmdspt: interrupted"]
