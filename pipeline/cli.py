@@ -295,14 +295,16 @@ class _RoundBar:
 
     @contextlib.contextmanager
     def lines_above(self):
-        """A context in which what the fit prints (``--verbose``'s loss lines) goes above the
-        bar, whole lines at a time, not glued to it where stdout and stderr share a terminal."""
+        """A context in which what the fit prints (``--verbose``'s loss lines, warnings)
+        goes above the bar, whole lines at a time, not glued to the bar's line."""
         out = _LinesAboveBar(self.bar, sys.stdout)
+        err = _LinesAboveBar(self.bar, sys.stderr)
         try:
-            with contextlib.redirect_stdout(out):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 yield
         finally:
             out.finish()
+            err.finish()
 
     def __call__(self, record) -> None:
         """The ``on_round`` callback: one :class:`hmdspt.parallel.trainer.RoundRecord`."""

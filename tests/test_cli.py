@@ -335,13 +335,19 @@ def test_verbose_lines_go_above_the_progress_bar_not_glued_to_it():
     from hmdspt.cli import _RoundBar
 
     screen = io.StringIO()
-    with _RoundBar(2, file=screen) as progress, contextlib.redirect_stdout(screen):
+    with (
+        _RoundBar(2, file=screen) as progress,
+        contextlib.redirect_stdout(screen),
+        contextlib.redirect_stderr(screen),
+    ):
         progress.bar.set_postfix_str("epoch 1/2", refresh=True)
         with progress.lines_above():
             print("Iteration 1, ", end="")  # a line printed in parts is kept whole
             print("loss = 0.5")
+            print("hmdspt: warning: Training interrupted by user.", file=sys.stderr)
             print("no newline", end="")
     segments = re.split(r"[\r\n]", screen.getvalue())
-    line = segments.index("Iteration 1, loss = 0.5")  # a segment of its own
-    assert any(s.startswith("training") for s in segments[line:])  # the bar, drawn again
+    for text in ("Iteration 1, loss = 0.5", "hmdspt: warning: Training interrupted by user."):
+        line = segments.index(text)  # a segment of its own
+        assert any(s.startswith("training") for s in segments[line:])  # the bar, drawn again
     assert "no newline" in screen.getvalue()
