@@ -118,13 +118,21 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     epochs = min(25, -(-WARM_UP_ROW_PASSES // len(rows)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
-        BPNNClassifier(
+        warm_up = BPNNClassifier(
             client=client,
             max_iter=epochs,
             random_state=0,
             rounds_per_epoch=rounds_per_epoch,
             **warm,
         ).fit(np.asarray(X)[rows], y[rows])
+    _stop_if_interrupted(warm_up)
+
+
+def _stop_if_interrupted(model) -> None:
+    """A fit that Ctrl-C stopped keeps its model, as scikit-learn's do; a comparison stops
+    altogether, since a run cut short compares with nothing."""
+    if model._interrupted:
+        raise KeyboardInterrupt
 
 
 def held_out_sample(n_rows: int, eval_rows: int = 20_000) -> np.ndarray:
@@ -259,6 +267,7 @@ def run_comparison(
             start = time.perf_counter()
             clf.fit(X, y, eval_set=(X_curve, y_curve))
             wall = time.perf_counter() - start
+            _stop_if_interrupted(clf)
             result = RunResult(
                 name,
                 wall,

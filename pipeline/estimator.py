@@ -879,6 +879,7 @@ class _BaseBPNN(BaseEstimator):
         # The user's clock: eval_curve_ and max_seconds count from the fit() call.
         self._fit_start = time.perf_counter() if called_at is None else called_at
         self._eval_seconds = 0.0
+        self._interrupted = False  # Ctrl-C stopped this fit (it keeps its model, as sklearn's)
         try:
             if target is not None:
                 self._fit_on_cluster(target, X_train, Y_train, X_val, y_val, batch_size, called_at)
@@ -917,6 +918,7 @@ class _BaseBPNN(BaseEstimator):
                     if last:
                         break
         except KeyboardInterrupt:
+            self._interrupted = True
             warnings.warn("Training interrupted by user.", stacklevel=4)
         if early_stopping:
             self._model.set_params(self._best_params)

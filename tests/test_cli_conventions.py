@@ -164,6 +164,33 @@ def test_train_progress_is_a_tqdm_bar_counting_every_round(scheduler, small_npz,
 # A line as each run ends: tests/test_cli.py's compare run checks it.
 
 
+def test_ctrl_c_in_a_comparison_stops_it_not_only_the_run(scheduler, tmp_path):
+    """A fit keeps its model when Ctrl-C stops it, as scikit-learn's do; a comparison whose
+    run was cut short would compare it with full runs, so it stops altogether."""
+    import signal
+    import threading
+
+    from hmdspt.compare import run_comparison
+
+    X, y = make_classification(20_000, 20, n_informative=6, n_classes=3, random_state=0)
+    ctrl_c = threading.Timer(
+        0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)
+    )
+    with Client(scheduler) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Training interrupted by user.", convergence
+        ctrl_c.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):  # the in-process reference runs for long
+                run_comparison(
+                    client, X, y, X[:2000], y[:2000], strategies=["hmdspt"],
+                    params={"max_iter": 1000, "hidden_layer_sizes": (32,)},
+                    run_dir=tmp_path, echo=lambda *args: None,
+                )  # fmt: skip
+        finally:
+            ctrl_c.cancel()
+    assert not (tmp_path / "hmdspt.jsonl").exists()  # the runs after it never started
+
+
 def _results() -> list[RunResult]:
     """Runs with and without an idle curve (in-process runs have none), in compare's order."""
     curve = [(0.5, 0.6), (1.0, 0.8)]
