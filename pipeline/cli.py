@@ -13,7 +13,7 @@ option: argparse's own errors and :class:`UsageError`); 1 a runtime error (a mis
 unusable file, a cluster or training failure). Either prints one line on stderr, as a
 warning does (``--debug`` shows the traceback instead, and warnings in Python's form).
 A reader that closes stdout early (``| head``) ends the command with 1 and no line; Ctrl-C
-outside a fit with 130 and ``hmdspt: interrupted`` (in a fit it stops the fit, which keeps
+with 130 and ``hmdspt: interrupted``, except in ``train``'s fit, which it stops (the fit keeps
 its model, and the command goes on to report it).
 Progress goes to stderr, results to stdout.
 """
