@@ -6,6 +6,7 @@ import fcntl
 import gc
 import getpass
 import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -172,3 +173,14 @@ def client():
         Client(cluster) as c,
     ):
         yield c
+
+
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler for the test, as a user's process has (a test process
+    of pytest-xdist has another, and one that imported dask-jobqueue has sys.exit())."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)

@@ -533,3 +533,20 @@ def test_local_pools_file_through_client_from_args(tmp_path):
         names = sorted(w["name"] for w in scheduler_workers(client).values())
         assert names == ["one-0", "two-0"]
     assert re.match(r"local pools: one: .*; two: .*; 2 workers connected in [\d.]+ s", label)
+
+
+def test_the_pools_leave_sigint_as_they_found_it():
+    """dask_jobqueue.runner sets SIGINT to sys.exit() when imported: Ctrl-C would end a fit
+    as a clean exit. The pools put Python's handler back (a fresh process, as a user's)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal; from hmdspt.parallel.pools import pooled_cluster_class; "
+        "pooled_cluster_class('slurm'); "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split() == ["True"], result.stderr

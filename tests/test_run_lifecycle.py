@@ -164,17 +164,6 @@ class _InterruptsWhenCollected:
         sum(range(1000))  # bytecodes for the handler to run in, still inside __del__
 
 
-@pytest.fixture
-def sigint_raises():
-    """Python's own SIGINT handler for the test, as a user's process has (a test process
-    of pytest-xdist has another)."""
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, handler)
-
-
 def _fit_interrupted_after_round_one(cluster, log: Path, interrupt) -> None:
     """Fit on ``cluster`` until ``interrupt()``, called after round one's score, stops it
     with a KeyboardInterrupt (the test fails if none comes)."""

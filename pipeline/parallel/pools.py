@@ -37,6 +37,8 @@ import argparse
 import inspect
 import math
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
@@ -284,15 +286,30 @@ def pool_of(worker_name: str) -> str:
     return str(worker_name).split("-", 1)[0]
 
 
+def _put_back_sigint(handler) -> None:
+    """Undo what importing dask-jobqueue does to the process: ``dask_jobqueue.runner`` sets
+    SIGINT to ``sys.exit()``, so Ctrl-C would end a fit, or the command, as a clean exit
+    (status 0) instead of stopping the fit at its round's end."""
+    if (
+        handler is not None
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is not handler
+    ):
+        signal.signal(signal.SIGINT, handler)
+
+
 # ------------------------------------------------------------------ job keywords per pool
 def _job_class(kind: str):
     kind = _check_kind(kind, JOBQUEUE_KINDS)
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         import dask_jobqueue  # noqa: F401
     except ImportError as exc:  # an optional dependency
         raise ImportError(
             "worker pools need dask-jobqueue: pip install 'hmdspt[jobqueue]'"
         ) from exc
+    finally:
+        _put_back_sigint(sigint)
     from dask_jobqueue.local import LocalJob
     from dask_jobqueue.lsf import LSFJob
     from dask_jobqueue.pbs import PBSJob
