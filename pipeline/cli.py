@@ -327,8 +327,8 @@ class _RoundBar:
 
 
 class _LinesAboveBar(io.TextIOBase):
-    """stdout while a bar is drawn: each complete line clears the bar, is written to ``out``
-    and the bar is drawn again below it."""
+    """stdout or stderr while a bar is drawn: each complete line clears the bar, is written
+    to ``out`` and the bar is drawn again below it."""
 
     def __init__(self, bar, out) -> None:
         self.bar, self.out, self.pending = bar, out, ""
@@ -883,6 +883,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse option combinations argparse cannot express, before any work starts."""
+    from hmdspt.core.paths import check_file_path
+
     scheduler = getattr(args, "scheduler", None)
     kind = getattr(args, "cluster", None)
     pools = getattr(args, "cluster_config", None) or kind not in (None, "local")
@@ -901,10 +903,8 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
         _check_data_args(args.data, getattr(args, "target", None))
-    from hmdspt.core.runlog import check_file_path
-
     if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now
-        check_file_path(Path(args.run_dir) / "<run_id>.jsonl")
+        check_file_path(Path(args.run_dir) / "<run_id>.jsonl", "run_log")
     if getattr(args, "chart", None):  # not after every comparison has run
         check_file_path(args.chart, "--chart")
 

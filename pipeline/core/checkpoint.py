@@ -135,23 +135,6 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def check_checkpoint_dir(directory: str | os.PathLike) -> None:
-    """Fail with one line when ``directory`` cannot hold checkpoints.
-
-    Raises
-    ------
-    ValueError
-        When ``directory``, or the nearest of its parents that exists, is a file.
-    """
-    path = Path(directory)
-    for existing in (path, *path.parents):
-        if existing.exists():
-            if not existing.is_dir():
-                what = "it is" if existing == path else f"{existing} is"
-                raise ValueError(f"checkpoint_dir {path}: {what} a file, not a folder")
-            return
-
-
 def save_checkpoint(
     directory: str | os.PathLike,
     arrays: Mapping[str, np.ndarray],

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from numbers import Integral
 
 from hmdspt.core import strategies
-from hmdspt.core.checkpoint import check_checkpoint_dir
 from hmdspt.core.merge import COMPRESSION_METHODS
+from hmdspt.core.paths import check_folder_path
 from hmdspt.core.rounds import MAX_LOCAL_STEPS, SYNC_BUDGET
 
 __all__ = ["COMPRESSION_MODES", "TrainerConfig"]
@@ -204,4 +204,4 @@ class TrainerConfig:
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
         if self.checkpoint_dir:  # before any work, not at the first save
-            check_checkpoint_dir(self.checkpoint_dir)
+            check_folder_path(self.checkpoint_dir, "checkpoint_dir")

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from hmdspt.core.paths import check_file_path
+
 __all__ = [
     "EVENT_TYPES",
     "MAX_DEPTH",
@@ -44,7 +46,6 @@ __all__ = [
     "RunLogTail",
     "RunTotals",
     "RunLogWriter",
-    "check_file_path",
     "event_problem",
     "finite",
     "fit_wall_time",
@@ -97,24 +98,6 @@ def new_run_id(now: float | None = None) -> str:
     seconds, millis = divmod(round(t * 1000), 1000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
     return f"{stamp}.{millis:03d}Z-{secrets.token_hex(3)}"
-
-
-def check_file_path(path: str | os.PathLike, what: str = "run_log") -> None:
-    """Fail with one line, naming ``what``, when a file cannot be created at ``path``.
-
-    Raises
-    ------
-    ValueError
-        When ``path`` is a folder, or the nearest of its parents that exists is a file.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{what} {path}: it is a folder, not a file")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{what} {path}: {parent} is a file, not a folder")
-            return
 
 
 def to_json_native(obj: Any) -> Any:
@@ -237,7 +220,7 @@ class RunLogWriter:
 
     @staticmethod
     def _check_file_path(path: Path) -> None:
-        check_file_path(path)
+        check_file_path(path, "run_log")
 
     def _write_bytes(self, data: bytes) -> bool:
         """Append ``data``; False when the log has stopped (now or before)."""
