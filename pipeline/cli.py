@@ -328,7 +328,11 @@ class _RoundBar:
 
 class _LinesAboveBar(io.TextIOBase):
     """stdout or stderr while a bar is drawn: each complete line clears the bar, is written
-    to ``out`` and the bar is drawn again below it."""
+    to ``out`` and the bar is drawn again below it.
+
+    Not tqdm's ``DummyTqdmFile``: once ``sys.stdout`` is redirected to it, ``tqdm.write``
+    no longer sees the bar as sharing the terminal and leaves it uncleared (tried: the loss
+    lines stayed glued to the bar)."""
 
     def __init__(self, bar, out) -> None:
         self.bar, self.out, self.pending = bar, out, ""
