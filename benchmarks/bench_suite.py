@@ -61,8 +61,10 @@ class Timing:
 def _fresh_env(venv: Path) -> dict[str, str]:
     """The environment of a shell that has just activated ``venv``."""
     env = dict(os.environ)
-    for name in ("PYTHONPATH", "PYTHONHOME", "HMDSPT_REQUIRE_ALL"):
-        env.pop(name, None)  # a user's shell has none of these
+    # A user's shell has none of these (PYTHONDONTWRITEBYTECODE would make every test
+    # process compile from source what an install with --no-compile left uncompiled).
+    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "HMDSPT_REQUIRE_ALL"):
+        env.pop(name, None)
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return env
