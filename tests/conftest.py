@@ -33,7 +33,7 @@ from tests.requires import missing  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------
-# Tests run on both cores (pytest-xdist, ``-n 2`` in pyproject.toml); a test whose
+# Tests run in three processes (pytest-xdist, ``-n 3`` in pyproject.toml); a test whose
 # assertions read measured speeds or times runs with the machine to itself.
 # ----------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
