@@ -44,16 +44,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "heavy: a module whose tests take seconds each (processes, subprocesses, a browser, "
-        "a kernel); it is handed out first, so the run does not end on one of them",
+        "heavy(seconds): a module that takes seconds in all (processes, subprocesses, a "
+        "browser, a kernel, many cluster fits), about that many in a run of the suite here; "
+        "the longest are handed out first, so the run does not end on one of them",
     )
 
 
+def _module_seconds(item: pytest.Item) -> float:
+    """About how long the item's module takes, from its ``heavy`` mark (0 without one)."""
+    mark = item.get_closest_marker("heavy")
+    return 0.0 if mark is None else float(mark.args[0] if mark.args else 1)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Heavy modules first. pytest-xdist hands out whole modules in this order (``--dist
-    loadscope --no-loadscope-reorder``): a run that ends on short tests keeps both cores
-    busy to the end, where one long module last leaves a core idle."""
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)  # stable
+    """Longest modules first. pytest-xdist hands out whole modules in this order (``--dist
+    loadscope --no-loadscope-reorder``): a run that ends on short tests keeps every test
+    process busy to the end, where one long module last leaves the others idle. The
+    seconds only order the modules; a stale figure costs a little time, never a result."""
+    items.sort(key=lambda item: -_module_seconds(item))  # stable: a module stays together
 
 
 @pytest.hookimpl(trylast=True)

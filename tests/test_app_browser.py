@@ -34,7 +34,7 @@ from tests.browser.harness import (  # noqa: E402
 from tests.browser.real_run import session_real_logs  # noqa: E402
 from tests.test_monitor_robustness import BEACON, hostile_log  # noqa: E402
 
-pytestmark = [pytest.mark.heavy, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.heavy(23), pytest.mark.timeout(180)]
 
 
 class ReplayedRun:

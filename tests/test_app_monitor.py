@@ -19,6 +19,8 @@ from pathlib import Path
 import panel as pn
 import pytest
 
+pytestmark = pytest.mark.heavy(4)  # the monitor's views on real run logs
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 

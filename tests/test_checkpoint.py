@@ -30,7 +30,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.nn import MLP
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(10)
 
 ROOT = Path(__file__).resolve().parents[1]
 

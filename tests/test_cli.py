@@ -18,7 +18,7 @@ import pytest
 
 from hmdspt.cli import main
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(16)
 
 
 @dataclass

@@ -30,6 +30,8 @@ from hmdspt.core.runlog import read_events
 from hmdspt.estimator import BPNNClassifier
 from tests.clusters import FREE_PORTS
 
+pytestmark = pytest.mark.heavy(8)  # CLI subprocesses, a cluster each
+
 
 @pytest.fixture(scope="module")
 def scheduler():

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from hmdspt import BPNNClassifier
 from hmdspt.cli import main
 
-pytestmark = pytest.mark.heavy  # fits on a cluster, joblib processes: ~20 s of one core
+pytestmark = pytest.mark.heavy(9)  # fits on a cluster, joblib processes
 
 
 @pytest.fixture(scope="module")

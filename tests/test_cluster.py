@@ -37,6 +37,8 @@ from hmdspt.parallel.worker import (
 )
 from tests.clusters import FREE_PORTS
 
+pytestmark = pytest.mark.heavy(4)  # local clusters, some of processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

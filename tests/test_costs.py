@@ -21,6 +21,8 @@ from hmdspt.core.costs import (
     balanced_shares,
 )
 
+pytestmark = pytest.mark.heavy(3)  # property tests of the cost model
+
 
 def test_the_module_examples_hold():
     assert doctest.testmod(hmdspt.core.costs).failed == 0

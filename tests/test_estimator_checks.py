@@ -9,6 +9,8 @@ from sklearn.utils.estimator_checks import (
 
 from hmdspt.estimator import BPNNClassifier, BPNNRegressor
 
+pytestmark = pytest.mark.heavy(8)  # scikit-learn's estimator checks, 131 of them
+
 # Weights equal to repeated rows hold to float32's rounding (relative differences of
 # 1e-6 in predictions after 200 epochs, against the check's 1e-7): the two checks run in
 # float64 below, where they hold exactly. No other check is expected to fail

@@ -35,7 +35,7 @@ from hmdspt.parallel.pools import (
     start_pools,
 )
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(12)
 
 # The repository's example, found from this file so the tests pass from any folder.
 EXAMPLE_POOLS = Path(__file__).resolve().parents[1] / "examples" / "pools.yaml"

@@ -26,7 +26,7 @@ from pathlib import Path
 import panel as pn
 import pytest
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(13)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

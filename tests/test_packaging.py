@@ -12,7 +12,7 @@ import yaml
 from benchmarks.bench_suite import readme_commands, readme_test_command
 from hmdspt.core.runlog import read_events
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(5)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,6 +20,8 @@ from hmdspt.core.partition import (
     should_rebalance,
 )
 
+pytestmark = pytest.mark.heavy(7)  # property tests and fits that re-balance
+
 # Scores spanning four orders of magnitude, as real worker speeds may.
 score = st.floats(min_value=1e-2, max_value=1e2, allow_nan=False, allow_infinity=False)
 score_lists = st.lists(score, min_size=1, max_size=12)

@@ -16,7 +16,7 @@ from benchmarks.peers import install
 from hmdspt.compare import RunResult
 from tests.requires import missing
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(5)
 
 
 def _run(system, config, wall, curve, final=0.95, startup=None):

@@ -23,7 +23,7 @@ from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from hmdspt.parallel.worker import get_slowdowns, set_slowdown
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(6)
 
 STRAGGLER_ROUND = 3  # the slowdown is applied once this many rounds are logged
 SLOWDOWN = 4.0  # factor by which the straggler's speed drops

@@ -24,7 +24,7 @@ from hmdspt.core.runlog import read_events
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from tests.clusters import FREE_PORTS
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(15)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -21,6 +21,8 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.scoring import PROBE_MIN_S, probe_workers, score_workers
 from hmdspt.parallel.worker import probe_task
 
+pytestmark = pytest.mark.heavy(7)  # probes on emulated clusters
+
 LAYERS = (100, 128, 64, 10)  # the simulator's reference shape
 
 

@@ -15,6 +15,8 @@ from sklearn.datasets import load_digits, make_classification
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.cluster import local_cluster
 
+pytestmark = pytest.mark.heavy(5)  # TLS clusters and served monitors
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Types a fitted BPNNClassifier holds besides builtins and numpy arrays; the only

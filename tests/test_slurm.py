@@ -33,7 +33,7 @@ from tests.requires import missing
 
 # Short fits on purpose: max_iter is reached long before convergence.
 pytestmark = [
-    pytest.mark.heavy,
+    pytest.mark.heavy(10),
     pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
 ]
 

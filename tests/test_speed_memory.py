@@ -20,7 +20,7 @@ from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
 from hmdspt.parallel.worker import MIN_REMEMBERED_BUSY_S, forget_speeds, remembered_speed, speed_key
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(14)
 
 HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.3 s busy)
 

@@ -32,6 +32,8 @@ from hmdspt.parallel.shards import (
     stage,
 )
 
+pytestmark = pytest.mark.heavy(7)  # staging on clusters
+
 N, F = 3000, 5
 CLASS_P = (0.5, 0.3, 0.2)
 # chi-square critical value, 4 degrees of freedom ((3 shards - 1) * (3 classes - 1)), p=0.001

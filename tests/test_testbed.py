@@ -19,7 +19,7 @@ import pytest
 from benchmarks import testbed
 from tests.requires import missing
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(12)
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "hmdspt-tbtest"  # only this file's testbeds; a stale-run cleanup touches no others

@@ -22,7 +22,7 @@ from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 from tests.clusters import FREE_PORTS
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(13)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
 from hmdspt.parallel.worker import set_slowdown
 from tests.clusters import FREE_PORTS
 
-pytestmark = pytest.mark.heavy
+pytestmark = pytest.mark.heavy(8)
 
 
 def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
-pytestmark = pytest.mark.heavy  # clusters, file reads and CLI runs: ~40 s of one core
+pytestmark = pytest.mark.heavy(17)  # clusters, file reads and CLI runs
 
 N_ROWS, N_FEATURES = 6000, 10
 
