@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import glob
 import io
+import logging
 import os
 import sys
 import time
@@ -920,10 +921,30 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
     print(f"hmdspt: warning: {text}", file=sys.stderr if file is None else file)
 
 
+class _UnstartedSyncCancel(logging.Filter):
+    """Drops the traceback distributed's ``sync()`` logs when Ctrl-C lands before the call it
+    waits on has started: its ``cancel`` callback then reads a future it has not made yet
+    (``NameError``, distributed 2026.8). The interrupt itself is handled; the traceback,
+    printed after ``hmdspt: interrupted``, is noise to the command's user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, NameError) and "sync.<locals>.cancel" in record.getMessage())
+
+
+def _quiet_unstarted_sync_cancel() -> None:
+    """Install :class:`_UnstartedSyncCancel` on tornado's callback logger, once. It stays:
+    the record comes from the event loop's thread, possibly after :func:`main` returned."""
+    logger = logging.getLogger("tornado.application")
+    if not any(isinstance(f, _UnstartedSyncCancel) for f in logger.filters):
+        logger.addFilter(_UnstartedSyncCancel())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hmdspt ARGV``; the exit code (module docstring: 0, 1 or 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_unstarted_sync_cancel()
     with warnings.catch_warnings():  # puts the caller's warning display back on return
         if not args.debug:  # --debug keeps Python's form, with where each was raised
             warnings.showwarning = _warning_line
