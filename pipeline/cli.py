@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -945,6 +946,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _quiet_unstarted_sync_cancel()
+    # The machine's node id, now: distributed's Client asks for it (uuid1) while it connects,
+    # and the standard library's first lookup swallows a Ctrl-C in a bare ``except:``, which
+    # left a connect that was interrupted waiting out its timeout.
+    uuid.getnode()
     with warnings.catch_warnings():  # puts the caller's warning display back on return
         if not args.debug:  # --debug keeps Python's form, with where each was raised
             warnings.showwarning = _warning_line
