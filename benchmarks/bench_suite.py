@@ -56,6 +56,7 @@ class Timing:
     busy: float  # core-seconds the whole machine was busy
     returncode: int
     summary: str  # the command's last line: pytest's summary
+    failures: list[str]  # pytest's FAILED and ERROR lines (-ra): the clone is gone after
 
 
 def _fresh_env(venv: Path) -> dict[str, str]:
@@ -100,7 +101,9 @@ def time_command(side: str, revision: str, work: Path, tests_only: bool) -> Timi
         seconds, busy = time.perf_counter() - start, busy_cpu_seconds() - busy0
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     short = _git("rev-parse", "--short", commit)
-    return Timing(side, short, seconds, busy, done.returncode, lines[-1] if lines else "")
+    failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    summary = lines[-1] if lines else ""
+    return Timing(side, short, seconds, busy, done.returncode, summary, failures)
 
 
 def _git(*args: str) -> str:
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"run {run} {side:>7} {t.revision}: {t.seconds:7.2f} s, busy {t.busy:.0f} "
                 f"core-s, idle {idle:.0f}, rc {t.returncode}: {t.summary}"
             )
+            for line in t.failures:
+                print(f"    {line}")
     medians = {
         s: statistics.median(t.seconds for t in timings if t.side == s) for s in ("against", "this")
     }
