@@ -388,16 +388,22 @@ def test_ctrl_c_before_a_dask_call_starts_adds_no_traceback(monkeypatch):
         monkeypatch.setattr(logger, "filters", [_UnstartedSyncCancel()] if filtered else [])
         runner = distributed.utils.LoopRunner(asynchronous=False)
         runner.start()
+        # The loop is held until sync() has been interrupted, so that its coroutine and the
+        # cancel callback are both queued, in that order, whatever the machine's load.
+        release = threading.Event()
+        runner.loop.add_callback(release.wait, 10)
         try:
             with monkeypatch.context() as m:
                 m.setattr(distributed.utils.threading, "Event", InterruptedEvent)
                 with pytest.raises(KeyboardInterrupt):
                     distributed.utils.sync(runner.loop, call)
+            release.set()
             deadline = time.monotonic() + 5
             while not records and time.monotonic() < deadline and not filtered:
                 time.sleep(0.01)
             time.sleep(0.1)  # the loop thread has run the cancel callback
         finally:
+            release.set()
             runner.stop()
         return [type(r.exc_info[1]).__name__ for r in records if r.exc_info]
 
