@@ -613,11 +613,8 @@ def _read_scaled(args: argparse.Namespace):
 
 def _read_while_the_cluster_starts(args: argparse.Namespace) -> Future | None:
     """Start :func:`_read_scaled` in a thread when the driver reads the data, so that it
-    overlaps the cluster's start; None when the workers read it (parquet, CSV).
-
-    The embedded default takes about 0.8 s to generate and scale; ``hmdspt train`` took a
-    median 5.78 s against 5.98 s read after the cluster had started (8 pairs in turns).
-    """
+    overlaps the cluster's start (the embedded default takes most of a second to generate);
+    None when the workers read it (parquet, CSV)."""
     from hmdspt.parallel.readers import reader_kind
 
     if args.data and reader_kind(args.data) != "npz":

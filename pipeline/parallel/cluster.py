@@ -103,8 +103,12 @@ def _check_speeds(speeds: Iterable[float]) -> tuple[float, ...]:
     return tuple(checked)
 
 
+# The emulated local cluster's relative speeds when none are given (the CLI's too).
+DEFAULT_SPEEDS = (4.0, 2.0, 1.0)
+
+
 def local_cluster(
-    speeds: Sequence[float] = (4, 2, 1),
+    speeds: Sequence[float] = DEFAULT_SPEEDS,
     threads_per_worker: int = 1,
     *,
     processes: bool = True,
@@ -119,7 +123,7 @@ def local_cluster(
 
     Parameters
     ----------
-    speeds : sequence of float, default=(4, 2, 1)
+    speeds : sequence of float, default=DEFAULT_SPEEDS (4, 2, 1)
         One worker per entry; worker ``i`` runs at ``speeds[i] / max(speeds)`` of the
         machine's speed (slowdown ``k_i = max(speeds) / speeds[i]``). Three workers at
         4:2:1 need 1 + 0.5 + 0.25 = 1.75 cores; keep the sum of relative speeds times

@@ -1135,7 +1135,9 @@ def cmd_cluster_dry_run(args: argparse.Namespace) -> int:
     """
     config = _config_from_args(args)
     if not config.pools:
-        speeds = getattr(args, "speeds", None) or (4, 2, 1)
+        from hmdspt.parallel.cluster import DEFAULT_SPEEDS
+
+        speeds = getattr(args, "speeds", None) or DEFAULT_SPEEDS
         print(
             "cluster: local, heterogeneity emulated on one machine "
             f"(speeds {', '.join(f'{s:g}' for s in speeds)}); no job scripts"
@@ -1182,9 +1184,9 @@ def client_from_args(args: argparse.Namespace) -> tuple[ExitStack, Any, str]:
             return stack, client, f"scheduler {scheduler}"
         config = _config_from_args(args)
         if not config.pools:
-            from hmdspt.parallel.cluster import local_cluster
+            from hmdspt.parallel.cluster import DEFAULT_SPEEDS, local_cluster
 
-            speeds = getattr(args, "speeds", None) or (4.0, 2.0, 1.0)
+            speeds = getattr(args, "speeds", None) or DEFAULT_SPEEDS
             cluster = stack.enter_context(local_cluster(speeds=speeds))
             client = stack.enter_context(Client(cluster))
             label = f"local cluster, heterogeneity emulated on one machine (speeds {speeds})"
