@@ -33,15 +33,10 @@ from tests.requires import missing  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------
-# Tests run in three processes (pytest-xdist, ``-n 3`` in pyproject.toml); a test whose
-# assertions read measured speeds or times runs with the machine to itself.
+# Tests run in three processes (pytest-xdist, ``-n 3`` in pyproject.toml); the part of a
+# test whose assertions read measured speeds or times runs with the machine to itself.
 # ----------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "alone: the test's assertions read the speeds or times the OS gives it, so no other "
-        "test runs beside it (setup, call and teardown, module fixtures included)",
-    )
     config.addinivalue_line(
         "markers",
         "heavy(seconds): a module that takes seconds in all (processes, subprocesses, a "
@@ -75,9 +70,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 class MachineLock:
     """A readers-writer lock between the test processes of one pytest-xdist run.
 
-    Every test holds it shared; an ``alone`` test holds it exclusively. The gate lock
-    lets a waiting ``alone`` test in before tests that ask later, so it is not starved
-    by a worker that keeps starting short tests.
+    Every test holds it shared; a block run alone (:func:`machine_alone`) holds it
+    exclusively. The gate lock lets a waiting block in before tests that ask later, so it
+    is not starved by a worker that keeps starting short tests.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -120,17 +115,14 @@ class MachineLock:
             self.acquire(alone=False)  # the rest of the test holds it shared again
 
 
-def _alone(item: pytest.Item | None) -> bool:
-    return item is not None and item.get_closest_marker("alone") is not None
-
-
 _machine_lock: MachineLock | None = None
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def machine_alone():
-    """A context manager: its block runs with no other test beside it, for a test whose
-    measurement is one part of it (``alone`` marks a whole test)."""
+    """A context manager: its block runs with no other test beside it, for a test or a
+    module fixture whose assertions read the speeds or times the OS gives it. Only that
+    block: a cluster's start-up around it need not keep the other test processes waiting."""
     return nullcontext if _machine_lock is None else _machine_lock.alone_within
 
 
@@ -143,17 +135,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if _machine_lock is None:
         # The workers' base folders share this parent, which pytest keeps and rotates.
         _machine_lock = MachineLock(item.config._tmp_path_factory.getbasetemp().parent)
-    alone = _alone(item)
-    if _machine_lock.alone is not alone:
-        _machine_lock.release()
-        _machine_lock.acquire(alone)
+    _machine_lock.acquire(alone=False)
     try:
         yield
     finally:
-        # Kept between two alone tests in a row: each would otherwise wait again for
-        # whatever test the other process started in between.
-        if not (alone and _alone(nextitem)):
-            _machine_lock.release()
+        _machine_lock.release()
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def _address_of(client: Client, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def straggler_fit(tmp_path_factory):
+def straggler_fit(tmp_path_factory, machine_alone):
     """A fit on speeds 2:1 whose fastest worker (worker-0) slows down 4x after round 3.
 
     Rounds last ~0.3-0.6 s of compute (50 features, 512-256 hidden units, 2 rounds per
@@ -92,14 +92,14 @@ def straggler_fit(tmp_path_factory):
             change["round"] = _rounds_logged(log)
             change["slowdowns"] = get_slowdowns(client)
 
-        watcher = _when_rounds(log, STRAGGLER_ROUND, slow_down)
         trainer = _trainer(client, (50, 512, 256, 3), log, rounds_per_epoch=2)
-        trainer.fit(X, Y, max_epochs=5)
-        watcher.join()
+        with machine_alone():  # the shares follow measured speeds: no other test beside it
+            watcher = _when_rounds(log, STRAGGLER_ROUND, slow_down)
+            trainer.fit(X, Y, max_epochs=5)
+            watcher.join()
     return trainer, read_events(log), change
 
 
-@pytest.mark.alone
 def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
     trainer, events, change = straggler_fit
     assert change["slowdowns"][_victim_address(events)] == SLOWDOWN
@@ -115,7 +115,6 @@ def test_a_straggler_loses_rows_within_three_rounds(straggler_fit):
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "completed"
 
 
-@pytest.mark.alone
 def test_after_the_rebalance_each_workers_rows_follow_its_measured_speed(straggler_fit):
     """The balance that brings the fastest worker's idle back down. The idle fraction is a
     speed, so ``python -m benchmarks.bench_straggler`` measures it (the same fit beside

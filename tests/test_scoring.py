@@ -334,8 +334,7 @@ LOW, HIGH = 2 * 2**0.5, 4 * 2**0.5  # the geometric midpoints of 4 and its neigh
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.alone
-def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
+def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated, machine_alone):
     """The probe tells a 4:2:1 cluster: its workers in speed order, and fastest / slowest
     nearer 4 than the 2 or 8 of a neighbouring mix (between 2*sqrt(2) and 4*sqrt(2)).
 
@@ -352,17 +351,20 @@ def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
     _, client = emulated
     names = {a: w["name"] for a, w in scheduler_workers(client).items()}
     ratios, orders, attempts = [], [], []
-    for _ in range(3):
-        result, foreign = _foreign_cores(client, lambda: probe_workers(client, LAYERS, seconds=2.0))
-        by_name = {names[a]: v for a, v in result.speeds.items()}
-        ratios.append(by_name["worker-0"] / by_name["worker-2"])
-        orders.append(by_name["worker-0"] > by_name["worker-1"] > by_name["worker-2"])
-        attempts.append(
-            f"ratio {ratios[-1]:.2f} (in order: {orders[-1]}) with {foreign:.2f} foreign "
-            f"cores busy; probe took {result.wall_s:.2f} s"
-        )
-        if len(ratios) == 1 and orders[0] and LOW <= ratios[0] <= HIGH:
-            break
+    with machine_alone():  # the speeds the OS gives the workers, not another test's share
+        for _ in range(3):
+            result, foreign = _foreign_cores(
+                client, lambda: probe_workers(client, LAYERS, seconds=2.0)
+            )
+            by_name = {names[a]: v for a, v in result.speeds.items()}
+            ratios.append(by_name["worker-0"] / by_name["worker-2"])
+            orders.append(by_name["worker-0"] > by_name["worker-1"] > by_name["worker-2"])
+            attempts.append(
+                f"ratio {ratios[-1]:.2f} (in order: {orders[-1]}) with {foreign:.2f} foreign "
+                f"cores busy; probe took {result.wall_s:.2f} s"
+            )
+            if len(ratios) == 1 and orders[0] and LOW <= ratios[0] <= HIGH:
+                break
     median = float(np.median(ratios))
     print(attempts)  # shown with -rP
     assert LOW <= median <= HIGH, f"median probe ratio {median:.2f}: {attempts}"
@@ -370,8 +372,7 @@ def test_probe_ratio_of_emulated_4_2_1_cluster_is_about_4(emulated):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.alone
-def test_adaptive_probe_stops_early_on_steady_workers(emulated):
+def test_adaptive_probe_stops_early_on_steady_workers(emulated, machine_alone):
     """Every worker is measured to the tolerance and stops there, before the budget.
 
     The budget is raised above the default 2 s: on this 2-core machine, quiet, the slowest
@@ -382,21 +383,23 @@ def test_adaptive_probe_stops_early_on_steady_workers(emulated):
     _, client = emulated
     budget = 8.0
     attempts = []
-    for _ in range(3):
-        result, foreign = _foreign_cores(
-            client, lambda: probe_workers(client, LAYERS, max_seconds=budget)
-        )
-        stops = {d["stop"] for d in result.details.values()}
-        busy = max(d["busy_s"] for d in result.details.values())
-        attempts.append(f"{result.summary()} with {foreign:.2f} foreign cores busy")
-        assert stops <= {"rel_tol", "max_seconds"}, attempts
-        assert busy < budget + 0.5, attempts  # the budget plus the last chunk
-        if stops == {"rel_tol"}:
-            # Stopped by the tolerance, not by the budget: that is what "early" means here;
-            # how far before the budget is a speed, left to the benchmarks.
-            assert all(d["rel_se"] < 0.05 and d["busy_s"] >= 0.1 for d in result.details.values())
-            assert busy < budget, attempts
-            return
+    with machine_alone():  # the speeds' noise is the OS's, not another test's
+        for _ in range(3):
+            result, foreign = _foreign_cores(
+                client, lambda: probe_workers(client, LAYERS, max_seconds=budget)
+            )
+            stops = {d["stop"] for d in result.details.values()}
+            busy = max(d["busy_s"] for d in result.details.values())
+            attempts.append(f"{result.summary()} with {foreign:.2f} foreign cores busy")
+            assert stops <= {"rel_tol", "max_seconds"}, attempts
+            assert busy < budget + 0.5, attempts  # the budget plus the last chunk
+            if stops == {"rel_tol"}:
+                # Stopped by the tolerance, not by the budget: that is what "early" means
+                # here; how far before the budget is a speed, left to the benchmarks.
+                details = result.details.values()
+                assert all(d["rel_se"] < 0.05 and d["busy_s"] >= 0.1 for d in details)
+                assert busy < budget, attempts
+                return
     pytest.fail(f"probe ran to max_seconds in every attempt: {attempts}")
 
 
