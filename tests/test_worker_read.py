@@ -232,6 +232,32 @@ def test_eval_set_of_dask_data_or_a_path_is_scored_on_the_workers(client, frame,
     )
 
 
+def test_fits_on_data_frames_warn_nothing_about_the_fits_span(client, frame, files, monkeypatch):
+    """A fit runs in a Dask span (its tasks grouped in the dashboard); a data frame made
+    under it warns that query planning ignores annotations. The user made none."""
+    from dask.dataframe.dask_expr import _collection
+
+    ddf = dd.from_pandas(frame, npartitions=3)
+    weights = dd.from_pandas(pd.Series(np.linspace(0.5, 1.5, N_ROWS)), npartitions=3)
+    fits = {
+        "frame, early stopping, eval_set": (
+            (ddf.drop(columns="label"), ddf["label"]),
+            dict(eval_set=(ddf.drop(columns="label"), ddf["label"])),
+            dict(early_stopping=True),
+        ),
+        "frame and its label column, weights": ((ddf, "label"), dict(sample_weight=weights), {}),
+        "parquet folder": ((str(files / "folder"), "label"), {}, dict(early_stopping=True)),
+    }
+    for name, ((X, y), fit_params, params) in fits.items():
+        monkeypatch.setattr(_collection, "_WARN_ANNOTATIONS", True)  # it warns once a process
+        model = BPNNClassifier(client=client, **{**PARAMS, "max_iter": 2, **params})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(X, y, **fit_params)
+        about_annotations = [str(w.message) for w in caught if "nnotations" in str(w.message)]
+        assert about_annotations == [], name
+
+
 @pytest.mark.parametrize("name", ["dask DataFrame", "parquet folder", "gzipped CSV", "npz"])
 def test_rows_read_again_by_id_are_the_sources_rows(client, frame, files, name):
     """What re-stages a lost worker's rows: read by row id on the receiving worker."""

@@ -40,12 +40,14 @@ range would be cheaper on I/O but would give each worker a contiguous, biased bl
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from concurrent.futures import wait as wait_jobs
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask.base
 import numpy as np
 import pandas as pd
 from distributed import Client, Future
@@ -536,14 +538,8 @@ def _dask_blocks(client: Client, obj: Any) -> tuple[list[Future], list[int]]:
     if not _is_dask(obj):
         obj = obj.to_numpy() if hasattr(obj, "to_numpy") else np.asarray(obj)
         return [client.scatter(obj, direct=True, hash=False)], [len(obj)]
-    if hasattr(obj, "chunks"):  # dask array: one block per row chunk
-        if obj.ndim == 2 and len(obj.chunks[1]) > 1:
-            obj = obj.rechunk({1: -1})
-        delayed = list(obj.to_delayed().ravel())
-        lengths = list(obj.chunks[0])
-    else:
-        delayed = list(obj.to_delayed())
-        lengths = [np.nan] * len(delayed)
+    delayed = _delayed_blocks(obj)
+    lengths = list(obj.chunks[0]) if hasattr(obj, "chunks") else [np.nan] * len(delayed)
     blocks = client.compute(delayed)
     if any(np.isnan(v) for v in lengths):
         lengths = client.gather(client.map(len, blocks, pure=False))
@@ -864,11 +860,31 @@ def _distinct(block: Any) -> np.ndarray:
 
 
 def _delayed_blocks(obj: Any) -> list[Any]:
-    if hasattr(obj, "chunks"):
+    """A Dask collection's row blocks as delayed objects (a dask array's columns in one)."""
+    if hasattr(obj, "chunks"):  # dask array: one block per row chunk
         if obj.ndim == 2 and len(obj.chunks[1]) > 1:
             obj = obj.rechunk({1: -1})
         return list(obj.to_delayed().ravel())
-    return list(obj.to_delayed())
+    # A data frame's to_delayed makes a new collection, which warns (once a process) that
+    # annotations, here the fit's span, are ignored with query planning: taken outside them.
+    with _no_annotations():
+        return list(obj.to_delayed())
+
+
+@contextmanager
+def _no_annotations() -> Iterator[None]:
+    """No Dask annotations in this context (the variable ``dask.annotate`` sets; this
+    thread or task only). The tasks computed from what it makes still join the span: the
+    client adds the annotations in force when it submits them."""
+    annotations = getattr(dask.base, "_annotations", None)
+    if annotations is None:  # another Dask: at worst its warning is shown
+        yield
+        return
+    token = annotations.set(None)
+    try:
+        yield
+    finally:
+        annotations.reset(token)
 
 
 def _block_lengths(client: Client, obj: Any) -> list[int]:
