@@ -175,13 +175,13 @@ def _check_data_args(path: str, target: str | None) -> None:
         kind = reader_kind(path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if kind != "npz" and target is None:
-        raise UsageError(f"--target COLUMN is required for {kind} data")
     if glob.has_magic(path):
         if not glob.glob(path):
             raise CliError(f"no data files match {path}")
     elif not os.path.exists(path):
         raise CliError(f"data file not found: {path}")
+    if kind != "npz" and target is None:  # after the above: a missing file is the first fix
+        raise UsageError(f"--target COLUMN is required for {kind} data")
 
 
 def load_dataset(path: str, target: str | None, random_state: int = 0):

@@ -41,7 +41,12 @@ from sklearn.utils._param_validation import (
     StrOptions,
     validate_parameter_constraints,
 )
-from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
+from sklearn.utils.multiclass import (
+    _check_partial_fit_first_call,
+    check_classification_targets,
+    type_of_target,
+    unique_labels,
+)
 from sklearn.utils.validation import (
     _check_sample_weight,
     check_is_fitted,
@@ -1549,6 +1554,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
     def _fit_labels(self, y, incremental: bool) -> None:
         """Fit (or check against) the label binarizer: ``y`` the labels or their classes."""
+        # Names a regression target as such ("continuous"), where the binarizer would print
+        # the labels' array into its message.
+        check_classification_targets(y)
         if not hasattr(self, "classes_") or (not self.warm_start and not incremental):
             self._label_binarizer = LabelBinarizer()
             self._label_binarizer.fit(y)

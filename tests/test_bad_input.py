@@ -43,6 +43,7 @@ def files(tmp_path_factory):
     csv("header_only.csv", frame.iloc[:0])
     csv("one_class.csv", frame.assign(label=1))
     csv("good.csv", frame)
+    csv("continuous.csv", frame.assign(label=rng.rand(60) * 100))
     (d / "zero_bytes.csv").touch()
     np.savez(d / "mismatch.npz", X=rng.rand(60, 3), y=np.arange(59) % 2)
     np.savez(d / "nan.npz", X=np.where(rng.rand(60, 3) > 0.9, np.nan, 1.0), y=np.arange(60) % 2)
@@ -75,6 +76,8 @@ CASES = [
     ("garbage.csv", ["--target", "label"], "cannot read"),
     ("folder.csv", ["--target", "label"], "not a file"),
     ("missing.npz", [], "data file not found"),
+    ("missing.csv", [], "data file not found"),  # before --target: the file is the first fix
+    ("continuous.csv", ["--target", "label"], "Unknown label type: continuous. Maybe you are"),
 ]
 
 
