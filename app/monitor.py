@@ -47,6 +47,7 @@ import panel as pn
 import param
 from bokeh.models import (
     ColumnDataSource,
+    DataRange1d,
     FactorRange,
     HoverTool,
     Legend,
@@ -352,6 +353,9 @@ class RunMonitor(param.Parameterized):
             title="Share of rows (wide) vs share of score (dashed) per worker",
             x_axis_label="round",
             y_axis_label="share",
+            # From 0: equal shares (a third each) would otherwise span an axis of rounding
+            # noise, every tick reading "33 %".
+            y_range=DataRange1d(start=0),
         )
         sf.multi_line(
             "xs",

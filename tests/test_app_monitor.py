@@ -126,6 +126,17 @@ def test_dashboard_builds_for_a_real_log(real_logs):
     assert mon.marker_src.data["kind"] == ["re-balance"] * len(moved)
 
 
+def test_the_share_axis_starts_at_zero_so_equal_shares_show_as_lines(real_logs):
+    """Equal shares are one value: an axis fitted to them spans only rounding noise."""
+    layout = dashboard(real_logs["equal"], live=False)
+    layout.get_root()
+    mon = layout.monitor.current
+    rows = mon.rows_share_src.data["ys"]
+    n = len(rows)
+    assert n >= 2 and all(y == pytest.approx(1 / n, abs=0.01) for ys in rows for y in ys)
+    assert mon.fig_shares.y_range.start == 0
+
+
 def test_moves_as_lists_and_null_validation_scores(real_logs, tmp_path):
     """A real log rewritten with moves as [src, dst, rows] lists and no validation."""
     lines = []
