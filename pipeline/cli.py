@@ -487,7 +487,7 @@ def _prediction_lines(prediction: dict | None) -> list[str]:
     """What the fit's second epoch was predicted to cost, labelled as predicted."""
     if not prediction:
         return ["predicted: - (the fit ended before a second epoch)"]
-    from hmdspt.core.prediction import MEASURED_WEIGHT
+    from hmdspt.core.prediction import MEASURED_WEIGHT, sync_per_round
 
     p = prediction
     emulated = " (heterogeneity emulated on one machine)" if p.get("emulated") else ""
@@ -500,7 +500,7 @@ def _prediction_lines(prediction: dict | None) -> list[str]:
     )
     return [
         f"predicted{emulated} from the first epoch's measured speeds and synchronisation "
-        f"({1000 * p['sync_s']:.0f} ms in each of {p['rounds_per_epoch']} rounds an epoch): "
+        f"({sync_per_round(p['sync_s'], p['rounds_per_epoch'])}): "
         f"an epoch {p['epoch_s']:.3g} s, efficiency {p['efficiency']:.2f}{weighed}",
         f"predicted{emulated}: equal shares on the same workers "
         f"{p['equal_shares_epoch_s']:.3g} s an epoch "

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from hmdspt.core.prediction import sync_per_round
 from hmdspt.core.runlog import read_events, summarize
 
 # scikit-learn and the estimator are imported by the functions that fit: plotting or
@@ -361,8 +362,9 @@ def why_one_process_won(
             f"  {best.name} predicted after its first epoch"
             f"{' (heterogeneity emulated)' if p.get('emulated') else ''}: "
             f"speed-up {p['speedup']:.2f}x over "
-            f"one process on {p['fastest']} alone, {1000 * p['sync_s']:.0f} ms of "
-            f"synchronisation in each of {p['rounds_per_epoch']} rounds an epoch (predicted)"
+            f"one process on {p['fastest']} alone, "
+            f"{sync_per_round(p['sync_s'], p['rounds_per_epoch'], ' of synchronisation')} "
+            "(predicted)"
         )
     return lines
 

@@ -219,8 +219,17 @@ def test_compare_says_why_one_process_won_with_the_fits_own_prediction(tmp_path)
     assert lines[0].startswith("why bpnn-in-process won (3.0 s against 4.5 s): 3 workers")
     assert "this machine's 2 cores" in lines[0]
     assert "speed-up 0.78x over one process on worker-0 alone" in lines[1]
-    assert "40 ms of synchronisation in each of 1 rounds" in lines[1]
+    assert "40 ms of synchronisation in an epoch's one round (predicted)" in lines[1]
     # Workers on machines of their own: synchronisation only; nothing when HMDSPT won.
     assert "cores" not in why_one_process_won([one, hmdspt], 3)[0]
     faster = RunResult("hmdspt", 2.0, 2.0, 0.95, [], 8, run_log=str(log))
     assert why_one_process_won([one, faster], 3, machine_cores=2) == []
+
+
+def test_the_synchronisation_a_round_pays_reads_in_the_singular_for_one_round():
+    from hmdspt.core.prediction import sync_per_round
+
+    assert sync_per_round(0.0094, 3) == "9 ms in each of 3 rounds an epoch"
+    assert sync_per_round(0.04, 1, " of synchronisation") == (
+        "40 ms of synchronisation in an epoch's one round"
+    )

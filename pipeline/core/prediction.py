@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hmdspt.core.costs import balanced_shares
 
-__all__ = ["MEASURED_WEIGHT", "EpochPrediction", "predict_epoch"]
+__all__ = ["MEASURED_WEIGHT", "EpochPrediction", "predict_epoch", "sync_per_round"]
 
 # How much the efficiency an epoch measured counts against the cost model's. The model
 # misses per-round jitter and the quota bursts of a throttled worker (it over-predicted on
@@ -70,6 +70,19 @@ class EpochPrediction:
     def equal_shares_ratio(self) -> float:
         """Equal shares' epoch over the balanced one's."""
         return self.equal_shares_epoch_s / self.epoch_s
+
+
+def sync_per_round(sync_s: float, rounds_per_epoch: int, what: str = "") -> str:
+    """The synchronisation a round pays, as the trainer's warning and the CLI print it.
+
+    ``"9 ms{what} in each of 3 rounds an epoch"``, or ``"in an epoch's one round"``.
+    """
+    where = (
+        "in an epoch's one round"
+        if rounds_per_epoch == 1
+        else f"in each of {rounds_per_epoch} rounds an epoch"
+    )
+    return f"{1000 * sync_s:.0f} ms{what} {where}"
 
 
 def predict_epoch(
