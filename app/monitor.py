@@ -621,7 +621,8 @@ class RunMonitor(param.Parameterized):
         if d.end is not None and d.status != "completed":
             reason = d.end.get("reason")
             kind = "danger" if d.status == "failed" else "warning"
-            text = f"Run {d.status} after {d.n_rounds} rounds"
+            rounds = "1 round" if d.n_rounds == 1 else f"{d.n_rounds} rounds"
+            text = f"Run {d.status} after {rounds}"
             text += f": {reason}" if reason else " (no reason logged)."
             out.append(_message(text, kind))
         if d.torn_bytes:

@@ -291,7 +291,9 @@ def run_comparison(
 
 def _finished_line(result: RunResult) -> str:
     """The line printed as a run ends."""
-    rounds = f", {result.rounds} rounds" if result.rounds else ""
+    rounds = ""
+    if result.rounds:
+        rounds = f", {result.rounds} round" + ("s" if result.rounds > 1 else "")
     return (
         f"{result.name}: done in {result.wall_s:.1f} s ({result.train_s:.1f} s of training), "
         f"{result.epochs} epoch(s){rounds}, final accuracy {result.final_accuracy:.4f}"

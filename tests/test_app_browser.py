@@ -202,7 +202,7 @@ def test_text_from_a_log_makes_the_browser_fetch_nothing(app_page, server):
     page.goto(f"{server.url}?run=hostile.jsonl")
     wait_rendered(page)
     expect(page.locator(".hm-message").first).to_contain_text(
-        f"Run failed after 1 rounds: ![s]({BEACON})", timeout=15_000
+        f"Run failed after 1 round: ![s]({BEACON})", timeout=15_000
     )
     expect(page.locator(".hm-header")).to_contain_text("[click](")
     page.get_by_text("Compare", exact=True).click()

@@ -338,7 +338,7 @@ def test_text_from_a_log_is_shown_as_text_never_markdown(tmp_path):
         assert not markup_pointing_at(texts, url), markup_pointing_at(texts, url)
     # The text is there, as text: the reason reads as it was logged.
     shown = "\n".join(html.unescape(t) for t in texts)
-    assert f"Run failed after 1 rounds: ![s]({BEACON})" in html.unescape(shown)
+    assert f"Run failed after 1 round: ![s]({BEACON})" in html.unescape(shown)
 
 
 def test_messages_about_paths_are_text_too(tmp_path):
