@@ -273,27 +273,44 @@ class _RoundBar:
     summed as the run log's summary sums them (:class:`hmdspt.core.runlog.RunTotals`): one
     round's idle share jumps with the round's jitter (0-30 % from round to round on the
     emulated 4:2:1 cluster), and the running figures end on the run log's summary.
+
+    Where stderr is not a terminal (a log file, a CI log), the bar is not drawn: its
+    redraws would pile up on one line. The same figures are written instead as one line
+    at each epoch's end (as the fit's last round of the epoch left them) and the fit's.
     """
 
-    def __init__(self, epochs: int, file=None) -> None:
+    def __init__(self, epochs: int, file=None, live: bool | None = None) -> None:
         from tqdm import tqdm
 
         from hmdspt.core.runlog import RunTotals
 
         self.epochs = epochs
         self.totals = RunTotals()
+        self.file = file
+        stream = sys.stderr if file is None else file
+        self.live = stream.isatty() if live is None else live
+        self.line: str | None = None  # not live: the latest round's line, not yet written
+        self.epoch: int | None = None
         self.bar = tqdm(
             desc="training",
             unit="round",
             file=file,  # None: sys.stderr
             bar_format="{desc}: {n_fmt} rounds, {elapsed}{postfix}",
+            disable=not self.live,
         )
+        self.started = time.monotonic()
 
     def __enter__(self) -> _RoundBar:
         return self
 
     def __exit__(self, *exc) -> None:
         self.bar.close()
+        self._write_line()
+
+    def _write_line(self) -> None:
+        if self.line is not None:
+            print(self.line, file=sys.stderr if self.file is None else self.file, flush=True)
+            self.line = None
 
     @contextlib.contextmanager
     def lines_above(self):
@@ -310,6 +327,8 @@ class _RoundBar:
 
     def __call__(self, record) -> None:
         """The ``on_round`` callback: one :class:`hmdspt.parallel.trainer.RoundRecord`."""
+        from tqdm import tqdm
+
         self.totals.add(
             {"event": "round", "wall_s": record.wall_s, "merge_s": record.merge_s,
              "workers": record.workers}
@@ -317,15 +336,23 @@ class _RoundBar:
         so_far = self.totals.summary(None)
         idle, eff = so_far["fastest_idle_fraction"], so_far["efficiency"]
         val = "-" if record.val_score is None else f"{record.val_score:.4f}"
-        self.bar.set_postfix_str(
+        postfix = (
             f"epoch {record.epoch}/{self.epochs}, loss {record.loss_sum / max(record.rows, 1):.4f}"
             f", val {val}; so far: fastest idle "
             + ("-" if idle is None else f"{100 * idle:.1f}%")
             + ", efficiency "
-            + ("-" if eff is None else f"{eff:.2f}"),
-            refresh=False,
+            + ("-" if eff is None else f"{eff:.2f}")
         )
-        self.bar.update(1)
+        if self.live:
+            self.bar.set_postfix_str(postfix, refresh=False)
+            self.bar.update(1)
+            return
+        self.bar.n += 1  # the count, as the bar would show it
+        if record.epoch != self.epoch:  # the previous round ended an epoch
+            self._write_line()
+            self.epoch = record.epoch
+        elapsed = tqdm.format_interval(time.monotonic() - self.started)
+        self.line = f"training: {self.bar.n} rounds, {elapsed}, {postfix}"
 
 
 class _LinesAboveBar(io.TextIOBase):
@@ -947,6 +974,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # and the standard library's first lookup swallows a Ctrl-C in a bare ``except:``, which
     # left a connect that was interrupted waiting out its timeout.
     uuid.getnode()
+    # Line by line into a file or a pipe too: the results on stdout then keep their place
+    # among the progress lines and warnings on stderr in a combined log.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     with warnings.catch_warnings():  # puts the caller's warning display back on return
         if not args.debug:  # --debug keeps Python's form, with where each was raised
             warnings.showwarning = _warning_line

@@ -336,7 +336,7 @@ def test_verbose_lines_go_above_the_progress_bar_not_glued_to_it():
 
     screen = io.StringIO()
     with (
-        _RoundBar(2, file=screen) as progress,
+        _RoundBar(2, file=screen, live=True) as progress,
         contextlib.redirect_stdout(screen),
         contextlib.redirect_stderr(screen),
     ):

@@ -150,17 +150,22 @@ def test_fit_calls_on_round_after_every_round(scheduler, small_npz):
     assert all(r.rows > 0 and r.workers for r in records)
 
 
-def test_train_progress_is_a_tqdm_bar_counting_every_round(scheduler, small_npz, tmp_path, capsys):
+def test_train_progress_counts_every_round_in_a_line_an_epoch_off_a_terminal(
+    scheduler, small_npz, tmp_path, capsys
+):
+    """stderr is not a terminal here (a log file): no bar redrawn with carriage returns,
+    one line at each epoch's end with the figures the bar would show."""
     argv = ["train", "--scheduler", scheduler, "--data", str(small_npz), "--epochs", "2"]
     code, err = _run([*argv, "--hidden", "8", "--run-dir", str(tmp_path)], capsys)
     assert code == 0, err
-    frames = [f for f in re.split(r"[\r\n]", err) if f.startswith("training: ")]
-    assert frames, err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("training: ")]
+    assert [re.search(r"epoch (\d)/2", line).group(1) for line in lines] == ["1", "2"], err
     (log,) = tmp_path.glob("*.jsonl")
     rounds = [e for e in read_events(log) if e["event"] == "round"]
-    final = re.match(r"training: (\d+) rounds", frames[-1])
-    assert final and int(final.group(1)) == len(rounds), frames[-1]
-    assert "epoch 2/2" in frames[-1] and "loss " in frames[-1]
+    counts = [int(re.match(r"training: (\d+) rounds", line).group(1)) for line in lines]
+    assert counts == [sum(e["epoch"] == 1 for e in rounds), len(rounds)], lines
+    assert "loss " in lines[-1] and "so far: fastest idle " in lines[-1]
 
 
 # ------------------------------------------------------------------------- compare
