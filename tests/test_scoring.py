@@ -454,21 +454,41 @@ def test_score_workers_fixed_seconds_is_the_original_probe(emulated):
         assert d["busy_s"] >= 0.3 and d["speed"] == pytest.approx(d["rows"] / d["busy_s"])
 
 
-def test_score_workers_needs_workers_and_consistent_settings():
-    class NoWorkers:
-        def scheduler_info(self):
-            return {"workers": {}}
+def test_score_workers_needs_workers_and_consistent_settings(client):
+    from distributed import Client, LocalCluster
 
-    class OneWorker:
-        def scheduler_info(self):
-            return {"workers": {"tcp://w": {}}}
-
-    with pytest.raises(ValueError, match="no workers"):
-        score_workers(NoWorkers(), LAYERS)
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        Client(empty) as no_workers,
+    ):
+        with pytest.raises(ValueError, match="no workers"):
+            score_workers(no_workers, LAYERS)
     with pytest.raises(ValueError, match="seconds fixes"):
-        score_workers(OneWorker(), LAYERS, seconds=1.0, n_rows_total=1000)
+        score_workers(client, LAYERS, seconds=1.0, n_rows_total=1000)
     with pytest.raises(ValueError, match="max_fraction"):
-        score_workers(OneWorker(), LAYERS, n_rows_total=1000, max_fraction=0)
+        score_workers(client, LAYERS, n_rows_total=1000, max_fraction=0)
+
+
+def test_score_workers_takes_the_cluster_as_the_estimators_client_does(client, tmp_path):
+    """An address or a scheduler file (a client of its own, closed after), or the current
+    client; None with no current client names what to pass."""
+    address = client.scheduler.address
+    layers = (5, 8, 3)
+    assert set(score_workers(address, layers, seconds=0.05)) == set(scheduler_workers(client))
+    with client.as_current():
+        assert len(score_workers(None, layers, seconds=0.05)) == 2
+    assert client.status == "running"  # the caller's client is left open
+    # Without any client (a process of its own: this one has the fixture's): no new
+    # cluster is started to be probed.
+    code = (
+        "from hmdspt import score_workers\n"
+        "try:\n    score_workers(None, (5, 8, 3))\n"
+        "except ValueError as e:\n    print(e)\n"
+        "import distributed; assert not distributed.client._global_clients"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("score_workers: no current Dask client; pass a Client")
 
 
 def test_probe_result_summary():

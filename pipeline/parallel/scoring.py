@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from distributed import wait
+from distributed import Client, wait
 
 from hmdspt.core.speed import ProbeResult
 from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
+from hmdspt.parallel.cluster import connected
 from hmdspt.parallel.worker import probe_task
 
 __all__ = ["PROBE_MIN_S", "probe_workers", "score_workers"]
@@ -210,7 +211,11 @@ def score_workers(
 
     Parameters
     ----------
-    client, layer_sizes, seconds, batch_size
+    client : Client, cluster, str, path or None
+        The cluster, as the estimators' ``client`` names it: a ``distributed.Client``, a
+        cluster object, a scheduler address or a scheduler file (a client opened here is
+        closed on return); None: the current client (inside ``with Client(...)``).
+    layer_sizes, seconds, batch_size
         As in :func:`probe_workers`.
     **options
         The keyword-only parameters of :func:`probe_workers` (the adaptive probe's
@@ -227,7 +232,15 @@ def score_workers(
     model replica per worker. Fold the result into an :class:`OnlineScorer` with
     :meth:`OnlineScorer.update_speed` as each worker's first measurement.
     """
-    with blas_limit_for_own_workers(client):
+    if client is None:  # Dask's convention: the current client; not a new idle cluster
+        try:
+            client = Client.current()
+        except ValueError:
+            raise ValueError(
+                "score_workers: no current Dask client; pass a Client, a cluster, a "
+                "scheduler address or a scheduler file"
+            ) from None
+    with connected(client) as client, blas_limit_for_own_workers(client):
         result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
     logger.info(result.summary())
     return result.speeds
