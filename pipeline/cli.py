@@ -260,7 +260,13 @@ def _cluster_and_client(args: argparse.Namespace):
             file=sys.stderr,
             flush=True,
         )
-    return client_from_args(args)
+        return client_from_args(args)  # the user's workers: their logs are theirs
+    stack, client, label = client_from_args(args)
+    if not getattr(args, "debug", False):  # --debug: the workers' logs in full
+        from hmdspt.parallel.cluster import QuietWorkerLogsPlugin
+
+        client.register_plugin(QuietWorkerLogsPlugin())
+    return stack, client, label
 
 
 class _RoundBar:

@@ -59,7 +59,7 @@ def files(tmp_path_factory):
 
 CASES = [
     ("nan.csv", ["--target", "label"], "NaN/infinite value(s), first a NaN at row 3, column 1"),
-    ("inf.csv", ["--target", "label"], "first a infinite at row 7, column 2"),
+    ("inf.csv", ["--target", "label"], "first an infinite value at row 7, column 2"),
     ("text.csv", ["--target", "label"], "non-numeric feature column(s) in"),
     ("header_only.csv", ["--target", "label"], "has no rows"),
     ("zero_bytes.csv", ["--target", "label"], "is empty"),

@@ -257,6 +257,24 @@ def test_staging_keeps_nan_where_the_cli_refuses_it(client, tmp_path, capsys):
     assert sum(np.isnan(f.result().X).sum() for f in staged.futures.values()) == 1
 
 
+def test_a_nan_the_workers_read_is_one_line_naming_its_row(tmp_path):
+    """On the cluster the command starts, the workers read the file: a NaN there ends the
+    command as the in-process reader ends it, one line naming the row, without the
+    workers' own traceback of the failed task."""
+    frame = _frame(3000)
+    frame.iloc[2345, 1] = float("nan")
+    frame.to_csv(tmp_path / "bad.csv", index=False)
+    result = _hmdspt_process(
+        "train", "--speeds", "1,1", "--data", str(tmp_path / "bad.csv"), "--target", "label",
+        "--epochs", "1", "--run-dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"hmdspt: error: {tmp_path / 'bad.csv'}: X has NaN/infinite value(s), e.g. a NaN at "
+        "row 2345, column 1; drop or impute them first"
+    ]
+
+
 def _frame(n_rows: int = 300):
     import pandas as pd
     from sklearn.datasets import make_classification

@@ -413,3 +413,25 @@ def test_unregistering_the_plugin_frees_the_run_state_it_held():
             assert time.monotonic() < deadline, "a removed plugin's run state is still alive"
             gc.collect()
             time.sleep(0.05)
+
+
+def test_the_commands_quiet_worker_logs_drop_only_what_the_command_says_itself():
+    """A failed task's "Compute Failed" always (the command names the error); a failed
+    heartbeat only once the worker is closing (its connections closed under it)."""
+    import logging
+
+    from distributed import LocalCluster
+
+    from hmdspt.parallel.cluster import QuietWorkerLogs
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, "", 0, message, (), None)
+
+    heartbeat = record("Failed to communicate with scheduler during heartbeat.")
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        quiet = QuietWorkerLogs(cluster.workers[0])
+        assert not quiet.filter(record("Compute Failed\nKey: %s\n"))
+        assert quiet.filter(heartbeat)  # a running worker that lost its scheduler: shown
+        assert quiet.filter(record("Worker stream died during communication"))
+    assert not quiet.filter(heartbeat)  # the worker closed
+    assert quiet.filter(record("Worker stream died during communication"))

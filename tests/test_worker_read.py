@@ -6,6 +6,8 @@ logic; the driver-memory measurement on process workers is ``benchmarks/bench_dr
 
 from __future__ import annotations
 
+import gc
+import re
 import threading
 import time
 import warnings
@@ -76,6 +78,9 @@ def _sources(frame, files):
     X, y = frame.drop(columns="label").to_numpy(), frame["label"].to_numpy()
     return {
         "dask array": (da.from_array(X, chunks=1500), da.from_array(y, chunks=1500)),
+        # Labels in memory beside Dask features (data/README.md: y Dask or in-memory).
+        "dask array, labels a numpy array": (da.from_array(X, chunks=1500), y),
+        "dask DataFrame, labels a pandas Series": (ddf.drop(columns="label"), frame["label"]),
         "dask DataFrame": (ddf.drop(columns="label"), ddf["label"]),
         "dask DataFrame and its label column": (ddf, "label"),
         "parquet file": (files / "rows.parquet", "label"),
@@ -88,6 +93,8 @@ def _sources(frame, files):
 
 SOURCES = [
     "dask array",
+    "dask array, labels a numpy array",
+    "dask DataFrame, labels a pandas Series",
     "dask DataFrame",
     "dask DataFrame and its label column",
     "parquet file",
@@ -123,7 +130,7 @@ def test_every_source_trains_on_the_cluster_as_numpy_does(client, frame, files, 
     assert hasattr(model, "training_report_")  # trained on the cluster
     features = frame.drop(columns="label")
     assert list(model.classes_) == ["a", "b", "c"] and model.n_features_in_ == N_FEATURES
-    named = name not in ("dask array", "npz")
+    named = name not in ("dask array", "dask array, labels a numpy array", "npz")
     assert hasattr(model, "feature_names_in_") == named
     if named:
         assert list(model.feature_names_in_) == list(features.columns)
@@ -165,6 +172,43 @@ def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files, 
         BPNNClassifier(client=client).fit(str(files / "folder" / "nope-*.parquet"), "label")
     with pytest.raises(ValueError, match="a glob may name parquet files only"):
         BPNNClassifier(client=client).fit(str(files / "*.csv.gz"), "label")
+
+
+@pytest.mark.parametrize("name", ["gzipped CSV", "parquet folder", "npz", "dask array"])
+def test_a_nan_a_worker_reads_is_named_by_its_row_and_nothing_stays_on_the_workers(
+    client, frame, tmp_path, name
+):
+    """The rows the workers read are checked as the driver checks a file it reads: the fit
+    stops with the scikit-learn error (a ValueError) naming the lowest bad row, not a
+    diverged loss, and the shards go at once (the garbage collector off: not left to a
+    cycle)."""
+    bad = frame.copy()
+    bad.iloc[4321, 2] = np.inf if name == "npz" else np.nan
+    features = bad.drop(columns="label")
+    if name == "gzipped CSV":
+        X, y = tmp_path / "bad.csv.gz", "label"
+        bad.to_csv(X, index=False)
+    elif name == "parquet folder":
+        X, y = tmp_path / "folder", "label"
+        X.mkdir()
+        bad.iloc[:2500].to_parquet(X / "a.parquet")
+        bad.iloc[2500:].to_parquet(X / "b.parquet")
+    elif name == "npz":
+        X, y = tmp_path / "bad.npz", None
+        np.savez(X, X=features.to_numpy(), y=bad["label"].to_numpy().astype("U1"))
+    else:
+        X, y = da.from_array(features.to_numpy(), chunks=1500), bad["label"].to_numpy()
+        y = da.from_array(y, chunks=1500)
+    kind = "an infinite value" if name == "npz" else "a NaN"
+    source = "Dask input" if name == "dask array" else str(X)
+    message = f"{source}: X has NaN/infinite value(s), first {kind} at row 4321, column 2; "
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            _fit(BPNNClassifier(client=client, **PARAMS), X, y)
+        assert _gone_from_the_workers(client)
+    finally:
+        gc.enable()
 
 
 def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shard"]
+# Rows checked for NaN at a time by first_non_finite (bounds the check's temporary memory).
+FINITE_CHUNK_ROWS = 65_536
+
+
+class DataError(ValueError):
+    """The rows a fit was given cannot be trained on (a NaN feature, a value that does not
+    parse), found where they were read. A ``ValueError``, as scikit-learn raises for bad
+    input; a fit raises it as it is, not as a failure of the cluster."""
+
+
+__all__ = ["DataError", "Shard", "first_non_finite"]
 
 
 @dataclass(eq=False)
@@ -154,6 +164,32 @@ def _concat_shards(base: Shard | None, *incoming: Shard) -> Shard:
 
 def _unique_labels(shard: Shard) -> np.ndarray | None:
     return None if shard.y is None else np.unique(shard.y)
+
+
+def first_non_finite(X: np.ndarray, row_ids: np.ndarray) -> tuple[int, int, float] | None:
+    """``(row id, column, value)`` of the NaN or infinite feature of the lowest row id.
+
+    Checked in chunks of rows, so the check's temporary memory stays small.
+    """
+    if X.dtype.kind not in "fc":
+        return None
+    first: tuple[int, int, float] | None = None  # (row id, column, value)
+    for lo in range(0, len(X), FINITE_CHUNK_ROWS):
+        block = X[lo : lo + FINITE_CHUNK_ROWS]
+        bad = ~np.isfinite(block)
+        if not bad.any():
+            continue
+        rows, cols = np.nonzero(bad)  # row-major: within a row, the first column first
+        i = int(np.argmin(row_ids[lo + rows]))
+        row = int(row_ids[lo + rows[i]])
+        if first is None or row < first[0]:
+            first = (row, int(cols[i]), float(block[rows[i], cols[i]]))
+    return first
+
+
+def _shard_non_finite(shard: Shard) -> tuple[int, int, float] | None:
+    """:func:`first_non_finite` of a shard's features (a task on its worker)."""
+    return first_non_finite(shard.X, shard.row_ids)
 
 
 def _held_ids(shard: Shard) -> np.ndarray:

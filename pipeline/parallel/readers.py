@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hmdspt.core.shard import Shard, _as_features, _shard_ids, _sorted_order, _unsort
+from hmdspt.core.shard import (
+    DataError,
+    Shard,
+    _as_features,
+    _shard_ids,
+    _sorted_order,
+    _unsort,
+    first_non_finite,
+)
 
 if TYPE_CHECKING:  # pandas is imported where a file is read: `hmdspt --help` needs none
     import pandas as pd
@@ -53,8 +61,6 @@ SUFFIX_READERS = {
 _ACCEPTED = (*SUFFIX_READERS, "a directory of parquet files", "a glob of parquet files")
 # Bytes of an .npz member decompressed at a time by a worker (bounds its extra memory).
 _NPZ_CHUNK_BYTES = 16 * 2**20
-# Rows checked for NaN at a time (bounds the check's temporary memory).
-_FINITE_CHUNK_ROWS = 65_536
 #: Rows of a CSV file in one partition of its data frame (:func:`frame_parts`).
 CSV_PART_ROWS = 1_000_000
 # Rows of a CSV file parsed at a time by read_file (stage's csv_chunksize default).
@@ -114,31 +120,25 @@ def _check_numeric(kinds: Mapping[str, bool], where: str) -> None:
         )
 
 
-def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str) -> None:
+def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str, whole: bool = True) -> None:
     """Refuse NaN or infinite features, naming the bad value of the lowest row id.
 
-    Checked in chunks of rows, so the check's temporary memory stays small.
+    ``whole``: ``X`` holds every row of ``source`` (the message says "first"), else a part
+    of them (the lowest row of that part is named).
     """
-    if X.dtype.kind not in "fc":
-        return
-    first: tuple[int, int, float] | None = None  # (row id, column, value)
-    for lo in range(0, len(X), _FINITE_CHUNK_ROWS):
-        block = X[lo : lo + _FINITE_CHUNK_ROWS]
-        bad = ~np.isfinite(block)
-        if not bad.any():
-            continue
-        rows, cols = np.nonzero(bad)  # row-major: within a row, the first column first
-        i = int(np.argmin(row_ids[lo + rows]))
-        row = int(row_ids[lo + rows[i]])
-        if first is None or row < first[0]:
-            first = (row, int(cols[i]), block[rows[i], cols[i]])
-    if first is not None:
-        row, col, value = first
-        kind = "NaN" if np.isnan(value) else "infinite"
-        raise ValueError(
-            f"{source}: X has NaN/infinite value(s), first a {kind} at row {row}, column "
-            f"{col}; drop or impute them first"
-        )
+    found = first_non_finite(X, row_ids)
+    if found is not None:
+        raise non_finite_error(source, found, whole)
+
+
+def non_finite_error(source: str, found: tuple[int, int, float], whole: bool) -> DataError:
+    """The error for the value :func:`first_non_finite` found."""
+    row, col, value = found
+    kind = "a NaN" if np.isnan(value) else "an infinite value"
+    return DataError(
+        f"{source}: X has NaN/infinite value(s), {'first' if whole else 'e.g.'} {kind} at "
+        f"row {row}, column {col}; drop or impute them first"
+    )
 
 
 def _is_numeric_dtype(dtype: Any) -> bool:
@@ -553,23 +553,35 @@ def frame_parts(kind: str, path: str, meta: Mapping[str, Any]) -> list[tuple]:
     return [(path, a, min(a + CSV_PART_ROWS, n)) for a in range(0, n, CSV_PART_ROWS)]
 
 
-def read_frame_part(part: tuple, kind: str, columns: Sequence[str]) -> pd.DataFrame:
-    """One partition of :func:`frame_parts` as a data frame of ``columns``, in file order."""
+def read_frame_part(
+    part: tuple, kind: str, columns: Sequence[str], features: Sequence[str] = ()
+) -> pd.DataFrame:
+    """One partition of :func:`frame_parts` as a data frame of ``columns``, in file order.
+
+    The ``features`` columns, when all are read, are checked as staging checks a file's
+    rows: a NaN or an infinite value is refused, named by its file and row there.
+    """
     import pandas as pd
 
     path, start, stop = part
     if kind == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path, columns=list(columns)).to_pandas()
-    names = [str(c) for c in pd.read_csv(path, nrows=0).columns]  # the header alone
-    # An int skiprows skips lines in the parser (a list of row numbers would be a set of
-    # millions of ints in memory for a late part).
-    frame = pd.read_csv(
-        path, header=None, names=names, skiprows=start + 1, nrows=stop - start,
-        usecols=list(columns),
-    )  # fmt: skip
-    return frame[list(columns)]
+        frame = pq.read_table(path, columns=list(columns)).to_pandas()
+        start = 0  # a part is a whole file
+    else:
+        names = [str(c) for c in pd.read_csv(path, nrows=0).columns]  # the header alone
+        # An int skiprows skips lines in the parser (a list of row numbers would be a set
+        # of millions of ints in memory for a late part).
+        frame = pd.read_csv(
+            path, header=None, names=names, skiprows=start + 1, nrows=stop - start,
+            usecols=list(columns),
+        )[list(columns)]  # fmt: skip
+    # Dask passes fewer columns where a computation needs fewer (the labels alone).
+    if len(features) and len(frame) and set(features) <= set(frame.columns):
+        X = frame[list(features)].to_numpy()
+        _check_finite(X, np.arange(start, start + len(frame)), path, whole=False)
+    return frame
 
 
 def empty_frame(kind: str, part: tuple, columns: Sequence[str]) -> pd.DataFrame:

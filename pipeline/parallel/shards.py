@@ -52,7 +52,13 @@ import numpy as np
 import pandas as pd
 from distributed import Client, Future
 
-from hmdspt.core.shard import Shard, _as_features, _permutation, _unique_labels
+from hmdspt.core.shard import (
+    Shard,
+    _as_features,
+    _permutation,
+    _shard_non_finite,
+    _unique_labels,
+)
 from hmdspt.parallel.client import (
     WorkerLostError,
     _cluster_workers,
@@ -231,6 +237,14 @@ class StagedData:
         _wait_ok(futures.values(), futures)  # a pinned task whose worker left: raise, not hang
         parts = self.client.gather(list(futures.values()))
         return np.unique(np.concatenate([p for p in parts if p is not None]))
+
+    def first_non_finite(self) -> tuple[int, int, float] | None:
+        """``(row id, column, value)`` of the NaN or infinite feature of the lowest row id
+        over all shards (each worker looks at its own; only what it found travels)."""
+        futures = self.map_shards(_shard_non_finite)
+        _wait_ok(futures.values(), futures)
+        found = [f for f in self.client.gather(list(futures.values())) if f is not None]
+        return min(found) if found else None
 
     def release(self) -> None:
         """Drop the shards from the workers' memory."""
@@ -656,8 +670,15 @@ def stage_from(
     """
     counts = _resolve_counts(client, counts, reader.n_rows, skip_lost)
     lost = frozenset(_gone_workers(client, counts) if skip_lost else ())
-    futures = reader.read_dealt(client, seed, counts, dtype=dtype, skip=lost, **read_kw)
-    futures = _wait_shards(futures if then is None else then(futures), skip_lost)
+    read = reader.read_dealt(client, seed, counts, dtype=dtype, skip=lost, **read_kw)
+    try:
+        futures = _wait_shards(read if then is None else then(read), skip_lost)
+    except BaseException:
+        # The rows read before a failure (a worker found a NaN in its slice) go now, not
+        # once the driver's garbage collector breaks the traceback's cycle with this frame.
+        for fut in read.values():
+            fut.release()
+        raise
     return StagedData(
         client,
         futures,
@@ -745,6 +766,11 @@ class SourceReader:
         """Short description of the source (for logs)."""
         raise NotImplementedError
 
+    @property
+    def name(self) -> str:
+        """The source as an error message names it (a path, or "Dask input")."""
+        raise NotImplementedError
+
     def read_dealt(
         self,
         client: Client,
@@ -790,8 +816,10 @@ class DaskReader(SourceReader):
             self.n_features = 1 if X.ndim == 1 else int(X.shape[1])
         if y is None:
             raise ValueError("no labels: pass y, or name the label column with target=")
-        self.X, self.y = X, y
         self.x_lengths = _block_lengths(client, X)
+        y = _in_blocks_of(y, self.x_lengths)
+        weights = None if weights is None else _in_blocks_of(weights, self.x_lengths)
+        self.X, self.y = X, y
         self.y_lengths = _block_lengths(client, y)
         self.n_rows = sum(self.x_lengths)
         if sum(self.y_lengths) != self.n_rows:
@@ -807,6 +835,10 @@ class DaskReader(SourceReader):
 
     def describe(self) -> str:
         return "dask"
+
+    @property
+    def name(self) -> str:
+        return "Dask input"
 
     def unique_labels(self, client: Client) -> np.ndarray:
         # Per block on the workers: only each block's distinct labels travel (no shuffle).
@@ -887,6 +919,19 @@ def _no_annotations() -> Iterator[None]:
         annotations.reset(token)
 
 
+def _in_blocks_of(values: Any, lengths: Sequence[int]) -> Any:
+    """In-memory labels or weights (numpy, pandas, a list) as a Dask array in the row
+    blocks of the Dask features they go with; Dask ones as they are."""
+    if _is_dask(values):
+        return values
+    import dask.array as da
+
+    values = np.asarray(values)
+    if len(values) != sum(lengths):  # the caller names the mismatch
+        return da.from_array(values)
+    return da.from_array(values, chunks=(tuple(lengths), *values.shape[1:]))
+
+
 def _block_lengths(client: Client, obj: Any) -> list[int]:
     """Rows of each block; unknown ones are counted on the workers (only counts travel)."""
     if hasattr(obj, "chunks") and not any(np.isnan(v) for v in obj.chunks[0]):
@@ -917,6 +962,10 @@ class PathReader(SourceReader):
 
     def describe(self) -> str:
         return f"{self.kind}:{self.path}"
+
+    @property
+    def name(self) -> str:
+        return self.path
 
     def unique_labels(self, client: Client) -> np.ndarray:
         if not self.labelled:
@@ -1009,7 +1058,9 @@ def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
     columns = [*meta["features"], *([] if target is None else [target])]
     parts = frame_parts(kind, path, meta)
     empty = empty_frame(kind, parts[0], columns)  # no rows read on the driver
-    return dd.from_map(read_frame_part, parts, kind=kind, columns=columns, meta=empty)
+    return dd.from_map(
+        read_frame_part, parts, kind=kind, columns=columns, features=meta["features"], meta=empty
+    )
 
 
 #: Rows of an ``.npz`` file in one block of :func:`npz_arrays`.

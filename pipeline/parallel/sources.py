@@ -29,6 +29,7 @@ from distributed import Client, Future
 from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_rows
 from hmdspt.parallel import rebalance, shards
 from hmdspt.parallel.client import _wait_ok
+from hmdspt.parallel.readers import non_finite_error
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
@@ -157,7 +158,7 @@ class WorkerRead:
     ) -> StagedData:
         """Every worker reads its ``counts[worker]`` rows (the staging permutation's)."""
         del key_name  # nothing is scattered: each shard is a task's result on its worker
-        return shards.stage_from(
+        staged = shards.stage_from(
             client,
             self.reader,
             counts,
@@ -167,6 +168,18 @@ class WorkerRead:
             then=lambda futures: self._encoded(client, futures, dtype),
             csv_chunksize=self.csv_chunksize,
         )
+        # What the driver refuses in data it reads (scikit-learn's check, the CLI's reader),
+        # looked for where these rows are: a NaN would train to a NaN loss, and the fit
+        # would blame the learning rate. (shards.stage itself keeps NaN, data/README.md.)
+        try:
+            found = staged.first_non_finite()
+        except BaseException:
+            staged.release()
+            raise
+        if found is not None:
+            staged.release()
+            raise non_finite_error(self.reader.name, found, whole=True)
+        return staged
 
     def add_rows(
         self,

@@ -54,6 +54,7 @@ from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pa
 from hmdspt.core.prediction import predict_epoch, sync_per_round
 from hmdspt.core.rounds import size_rounds
 from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
+from hmdspt.core.shard import DataError
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
@@ -618,8 +619,8 @@ class Trainer:
                     f"(client {self.client.status}) in round {self.round_index}: {reason}"
                 )
                 raise TrainingError(reason) from exc
-            if isinstance(exc, TrainingError):
-                raise
+            if isinstance(exc, (TrainingError, DataError)):
+                raise  # bad rows are the input's fault (a ValueError), not the cluster's
             raise TrainingError(reason) from exc
         finally:
             # A Ctrl-C during the clean-up waits for it to end (main thread only); one
