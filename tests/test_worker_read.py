@@ -24,7 +24,7 @@ from sklearn.preprocessing import LabelBinarizer
 from hmdspt import BPNNClassifier, BPNNRegressor
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
-from hmdspt.core.shard import _rows_with_ids
+from hmdspt.core.shard import DataError, _rows_with_ids
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -209,6 +209,27 @@ def test_a_nan_a_worker_reads_is_named_by_its_row_and_nothing_stays_on_the_worke
         assert _gone_from_the_workers(client)
     finally:
         gc.enable()
+
+
+def test_a_nan_target_or_weight_the_workers_read_is_named(client, frame, tmp_path):
+    """A regression target or a sample weight as the features: named, not trained on."""
+    regression = frame.drop(columns="label").assign(target=frame["f0"] * 2)
+    regression.loc[3210, "target"] = np.nan
+    regression.to_csv(tmp_path / "y.csv", index=False)
+    with pytest.raises(
+        DataError, match=r"y\.csv: y has NaN/infinite value\(s\), first a NaN at row 3210;"
+    ):
+        _fit(BPNNRegressor(client=client, **PARAMS), tmp_path / "y.csv", "target")
+    features = da.from_array(frame.drop(columns="label").to_numpy(), chunks=1500)
+    weights = np.ones(N_ROWS)
+    weights[77] = np.inf
+    with pytest.raises(
+        DataError, match=r"sample_weight has NaN/infinite value\(s\), e\.g\. at row 77"
+    ):
+        _fit(
+            BPNNClassifier(client=client, **PARAMS), features, frame["label"], sample_weight=weights
+        )
+    assert _gone_from_the_workers(client)
 
 
 def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:

@@ -187,9 +187,14 @@ def first_non_finite(X: np.ndarray, row_ids: np.ndarray) -> tuple[int, int, floa
     return first
 
 
-def _shard_non_finite(shard: Shard) -> tuple[int, int, float] | None:
-    """:func:`first_non_finite` of a shard's features (a task on its worker)."""
-    return first_non_finite(shard.X, shard.row_ids)
+def _shard_non_finite(shard: Shard, part: str = "X") -> tuple[int, int, float] | None:
+    """:func:`first_non_finite` of a shard's features (``part="X"``) or targets (``"y"``,
+    as training reads them: a regression target, a sample weight) (a task on its worker)."""
+    if part == "X":
+        return first_non_finite(shard.X, shard.row_ids)
+    if shard.y is None:
+        return None
+    return first_non_finite(shard.y.reshape(len(shard.y), -1), shard.row_ids)
 
 
 def _held_ids(shard: Shard) -> np.ndarray:
@@ -207,6 +212,12 @@ def _encode_shard(shard: Shard, encode: Callable[[np.ndarray], np.ndarray], dtyp
     if shard.weights is not None:
         if (shard.weights < 0).any():
             raise ValueError("Negative values in data passed to `sample_weight`.")
+        bad = first_non_finite(shard.weights.reshape(-1, 1), shard.row_ids)
+        if bad is not None:  # a weight is not a target: named here, before the targets' check
+            raise DataError(
+                f"sample_weight has NaN/infinite value(s), e.g. at row {bad[0]}; drop or "
+                "impute them first"
+            )
         Y = np.column_stack([Y, shard.weights])
     Y = np.ascontiguousarray(Y, dtype=dtype)
     return Shard(X=shard.X, y=Y, row_ids=shard.row_ids, done=shard.done)

@@ -131,13 +131,16 @@ def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str, whole: bool =
         raise non_finite_error(source, found, whole)
 
 
-def non_finite_error(source: str, found: tuple[int, int, float], whole: bool) -> DataError:
-    """The error for the value :func:`first_non_finite` found."""
+def non_finite_error(
+    source: str, found: tuple[int, int, float], whole: bool, part: str = "X"
+) -> DataError:
+    """The error for the value :func:`first_non_finite` found in ``part`` (X or y)."""
     row, col, value = found
     kind = "a NaN" if np.isnan(value) else "an infinite value"
+    where = f"row {row}, column {col}" if part == "X" else f"row {row}"
     return DataError(
-        f"{source}: X has NaN/infinite value(s), {'first' if whole else 'e.g.'} {kind} at "
-        f"row {row}, column {col}; drop or impute them first"
+        f"{source}: {part} has NaN/infinite value(s), {'first' if whole else 'e.g.'} {kind} "
+        f"at {where}; drop or impute them first"
     )
 
 

@@ -238,10 +238,11 @@ class StagedData:
         parts = self.client.gather(list(futures.values()))
         return np.unique(np.concatenate([p for p in parts if p is not None]))
 
-    def first_non_finite(self) -> tuple[int, int, float] | None:
-        """``(row id, column, value)`` of the NaN or infinite feature of the lowest row id
-        over all shards (each worker looks at its own; only what it found travels)."""
-        futures = self.map_shards(_shard_non_finite)
+    def first_non_finite(self, part: str = "X") -> tuple[int, int, float] | None:
+        """``(row id, column, value)`` of the NaN or infinite feature (``part="X"``) or
+        target (``"y"``) of the lowest row id over all shards (each worker looks at its
+        own; only what it found travels)."""
+        futures = self.map_shards(_shard_non_finite, part)
         _wait_ok(futures.values(), futures)
         found = [f for f in self.client.gather(list(futures.values())) if f is not None]
         return min(found) if found else None

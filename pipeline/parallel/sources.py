@@ -172,13 +172,13 @@ class WorkerRead:
         # looked for where these rows are: a NaN would train to a NaN loss, and the fit
         # would blame the learning rate. (shards.stage itself keeps NaN, data/README.md.)
         try:
-            found = staged.first_non_finite()
+            for part in ("X", "y"):  # y as training reads it: a class's one-hot row is finite
+                found = staged.first_non_finite(part)
+                if found is not None:
+                    raise non_finite_error(self.reader.name, found, whole=True, part=part)
         except BaseException:
             staged.release()
             raise
-        if found is not None:
-            staged.release()
-            raise non_finite_error(self.reader.name, found, whole=True)
         return staged
 
     def add_rows(
