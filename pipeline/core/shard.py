@@ -19,9 +19,9 @@ FINITE_CHUNK_ROWS = 65_536
 
 
 class DataError(ValueError):
-    """The rows a fit was given cannot be trained on (a NaN feature, a value that does not
-    parse), found where they were read. A ``ValueError``, as scikit-learn raises for bad
-    input; a fit raises it as it is, not as a failure of the cluster."""
+    """The rows a fit was given cannot be trained on (a NaN or infinite feature, target or
+    sample weight), found where they were read. A ``ValueError``, as scikit-learn raises
+    for bad input; a fit raises it as it is, not as a failure of the cluster."""
 
 
 __all__ = ["DataError", "Shard", "first_non_finite"]
