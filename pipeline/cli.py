@@ -343,8 +343,8 @@ class _RoundBar:
         idle, eff = so_far["fastest_idle_fraction"], so_far["efficiency"]
         val = "-" if record.val_score is None else f"{record.val_score:.4f}"
         postfix = (
-            f"epoch {record.epoch}/{self.epochs}, loss {record.loss_sum / max(record.rows, 1):.4f}"
-            f", val {val}; so far: fastest idle "
+            f"epoch {record.epoch}/{self.epochs}, round's loss "
+            f"{record.loss_sum / max(record.rows, 1):.4f}, val {val}; so far: fastest idle "
             + ("-" if idle is None else f"{100 * idle:.1f}%")
             + ", efficiency "
             + ("-" if eff is None else f"{eff:.2f}")
