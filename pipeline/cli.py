@@ -295,6 +295,7 @@ class _RoundBar:
         self.file = file
         stream = sys.stderr if file is None else file
         self.live = stream.isatty() if live is None else live
+        self.rounds = 0
         self.line: str | None = None  # not live: the latest round's line, not yet written
         self.epoch: int | None = None
         self.bar = tqdm(
@@ -349,16 +350,16 @@ class _RoundBar:
             + ", efficiency "
             + ("-" if eff is None else f"{eff:.2f}")
         )
+        self.rounds += 1
         if self.live:
             self.bar.set_postfix_str(postfix, refresh=False)
             self.bar.update(1)
             return
-        self.bar.n += 1  # the count, as the bar would show it
         if record.epoch != self.epoch:  # the previous round ended an epoch
             self._write_line()
             self.epoch = record.epoch
         elapsed = tqdm.format_interval(time.monotonic() - self.started)
-        self.line = f"training: {self.bar.n} rounds, {elapsed}, {postfix}"
+        self.line = f"training: {self.rounds} rounds, {elapsed}, {postfix}"
 
 
 class _LinesAboveBar(io.TextIOBase):
