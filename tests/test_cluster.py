@@ -199,6 +199,38 @@ def test_in_process_workers_hold_one_blas_thread_until_the_last_of_them_closes()
     assert after == before
 
 
+# The most natural first script: no `if __name__ == "__main__":`, so every worker process
+# re-runs it as it starts.
+UNGUARDED_SCRIPT = """
+from hmdspt import local_cluster
+
+with local_cluster(speeds=(2, 1)) as cluster:
+    print("cluster up")
+"""
+
+
+def test_a_script_that_starts_a_cluster_unguarded_fails_at_once_naming_the_guard(tmp_path):
+    """Each worker process says in one line what to do and exits; the driver stops at once
+    (before, it waited out the 60 s start timeout and printed hundreds of traceback lines)."""
+    script = tmp_path / "first.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert "cluster up" not in run.stdout
+    hints = [line for line in run.stderr.splitlines() if "ran again in a worker process" in line]
+    assert len(hints) == 2, run.stderr  # one per worker process
+    assert all('under `if __name__ == "__main__":`' in line for line in hints)
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: the cluster's worker processes failed to start"), last
+    assert "WorkerStartTimeoutError" not in run.stderr
+
+
 @pytest.mark.timeout(60)
 def test_throttle_on_a_worker_applies_that_workers_slowdown(emulated):
     _, client = emulated

@@ -16,10 +16,13 @@ Pools of batch jobs on a shared cluster (SLURM, PBS, SGE, LSF) are
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import multiprocessing
 import numbers
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -168,6 +171,18 @@ def local_cluster(
     ...     print(cluster.emulation)
     emulated speeds 4:2:1 (duty cycle: ...)
     """
+    if processes and _importing_the_script_in_a_worker():
+        # The script called us unguarded, so each worker process re-runs it on start; a
+        # process cannot start others then (Python refuses), and the driver would wait out
+        # ``timeout`` and print a traceback per process.
+        # Written, not raised as SystemExit's message: a forkserver's child drops that. One
+        # write, so that the processes' lines do not interleave.
+        sys.stderr.write(
+            "hmdspt: local_cluster() ran again in a worker process as it imported the script "
+            'that starts the cluster: call it under `if __name__ == "__main__":`\n'
+        )
+        sys.stderr.flush()
+        raise SystemExit(1)
     speeds = _check_speeds(speeds)
     n = len(speeds)
     fastest = max(speeds)
@@ -206,12 +221,35 @@ def local_cluster(
             name=plugin.name,
             idempotent=False,
         )
-        cluster.scale(n)
-        cluster.wait_for_workers(n, timeout=timeout)
+        _start_workers(cluster, n, timeout)
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def _importing_the_script_in_a_worker() -> bool:
+    """Whether this process is a spawned one still importing its parent's main script."""
+    # The flag multiprocessing's own check reads (spawn._check_not_importing_main).
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _start_workers(cluster: LocalCluster, n: int, timeout: float) -> None:
+    """Start ``n`` workers and wait for them; a worker process that fails to start fails
+    this at once (``scale`` and ``wait_for_workers`` would wait out ``timeout``)."""
+    while len(cluster.worker_spec) < n:
+        cluster.worker_spec.update(cluster.new_worker_spec())
+
+    async def start() -> None:
+        await asyncio.wait_for(cluster._correct_state(), timeout)
+
+    try:
+        cluster.sync(start)
+    except RuntimeError as exc:  # distributed's "Nanny failed to start."
+        raise RuntimeError(
+            f"the cluster's worker processes failed to start ({exc}); their errors are above"
+        ) from None
+    cluster.wait_for_workers(n, timeout=timeout)
 
 
 class QuietWorkerLogs(logging.Filter):
