@@ -60,7 +60,8 @@ def files(tmp_path_factory):
 CASES = [
     ("nan.csv", ["--target", "label"], "NaN/infinite value(s), first a NaN at row 3, column 1"),
     ("inf.csv", ["--target", "label"], "first an infinite value at row 7, column 2"),
-    ("text.csv", ["--target", "label"], "non-numeric feature column(s) in"),
+    # The target is named, so the remedy is not to name it.
+    ("text.csv", ["--target", "label"], "['colour']; encode or drop these columns first"),
     ("header_only.csv", ["--target", "label"], "has no rows"),
     ("zero_bytes.csv", ["--target", "label"], "is empty"),
     ("one_class.csv", ["--target", "label"], "number of classes has to be greater than one"),

@@ -568,9 +568,15 @@ def test_npz_missing_key_lists_keys(client, files):
 
 
 def test_non_numeric_feature_column(client, tmp_path):
-    pd.DataFrame({"a": [1.0, 2.0], "s": ["u", "v"]}).to_csv(tmp_path / "s.csv", index=False)
-    with pytest.raises(TypeError, match=r"\['s'\].*target="):
+    """A ValueError, as scikit-learn's and the estimator's for a data frame in memory; naming
+    the label column is suggested only where none was named."""
+    frame = pd.DataFrame({"a": [1.0, 2.0], "s": ["u", "v"], "label": ["no", "yes"]})
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(ValueError, match=r"\['s', 'label'\]; name the label column with target="):
         stage(client, tmp_path / "s.csv")
+    for source in (tmp_path / "s.csv", frame):
+        with pytest.raises(ValueError, match=r"\['s'\]; encode or drop these columns first$"):
+            stage(client, source, target="label")
 
 
 def test_length_mismatch(client, data):

@@ -111,13 +111,15 @@ def _check_file(path: str) -> None:
         raise ValueError(f"cannot read {path}: not a file but a directory")
 
 
-def _check_numeric(kinds: Mapping[str, bool], where: str) -> None:
+def _check_numeric(kinds: Mapping[str, bool], where: str, labels_known: bool) -> None:
+    """Refuse non-numeric feature columns; ``labels_known``: a target column was named or
+    the labels were given apart (then naming the label column is no remedy)."""
     bad = [name for name, ok in kinds.items() if not ok]
     if bad:
-        raise TypeError(
-            f"non-numeric feature column(s) in {where}: {bad}; name the label column with "
-            "target= (--target) or encode these columns first"
-        )
+        remedy = "encode or drop these columns first"
+        if not labels_known:
+            remedy = f"name the label column with target= (--target) or {remedy}"
+        raise ValueError(f"non-numeric feature column(s) in {where}: {bad}; {remedy}")
 
 
 def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str, whole: bool = True) -> None:
@@ -513,7 +515,7 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
             or pa.types.is_decimal(t)
         )
 
-    _check_numeric({c: numeric(schema.field(c).type) for c in features}, path)
+    _check_numeric({c: numeric(schema.field(c).type) for c in features}, path, target is not None)
     n_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     return {"files": files, "features": features, "n_rows": n_rows}
 
@@ -537,7 +539,9 @@ def _csv_meta(path: str, target: str | None) -> dict[str, Any]:
     features = [c for c in columns if c != target]
     if peek.empty:  # a header only: no dtypes to check, and nothing to read
         return {"features": features, "n_rows": 0}
-    _check_numeric({c: _is_numeric_dtype(peek[c].dtype) for c in features}, path)
+    _check_numeric(
+        {c: _is_numeric_dtype(peek[c].dtype) for c in features}, path, target is not None
+    )
     # CSV has no row count in a header: count by parsing the first column chunk by chunk.
     with pd.read_csv(path, usecols=[0], chunksize=1 << 20) as reader:
         n_rows = sum(len(chunk) for chunk in reader)

@@ -471,7 +471,9 @@ def _stage_memory(
     feature_names = None
     if isinstance(X, pd.DataFrame):
         X, y = _split_target(X, target, y, "DataFrame")
-        _check_numeric({str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()}, "DataFrame")
+        _check_numeric(
+            {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()}, "DataFrame", y is not None
+        )
         feature_names = [str(c) for c in X.columns]
     elif target is not None:
         raise ValueError("target= names a column: pass a DataFrame, a path, or the labels as y")
@@ -593,7 +595,9 @@ def _stage_dask(
     if hasattr(X, "columns"):
         X, y = _split_target(X, target, y, "Dask DataFrame")
         _check_numeric(
-            {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()}, "Dask DataFrame"
+            {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()},
+            "Dask DataFrame",
+            y is not None,
         )
         feature_names = [str(c) for c in X.columns]
         n_features = len(feature_names)
@@ -805,7 +809,9 @@ class DaskReader(SourceReader):
         if hasattr(X, "columns"):
             X, y = _split_target(X, target, y, "Dask DataFrame")
             _check_numeric(
-                {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()}, "Dask DataFrame"
+                {str(c): _is_numeric_dtype(t) for c, t in X.dtypes.items()},
+                "Dask DataFrame",
+                y is not None,
             )
             self.feature_names = [str(c) for c in X.columns]
             self.n_features = len(self.feature_names)
