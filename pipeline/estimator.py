@@ -307,8 +307,8 @@ def _lazy_path(path, y):
 
 
 def _score_of_path(estimator, path, y, sample_weight=None) -> float:
-    """``estimator.score`` of the rows of a data file, as a float."""
-    return float(estimator.score(*_lazy_path(path, y), sample_weight=sample_weight))
+    """``estimator.score`` of the rows of a data file (a float)."""
+    return estimator.score(*_lazy_path(path, y), sample_weight=sample_weight)
 
 
 def _persisted(client, parts: list) -> list:
@@ -1614,15 +1614,16 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """Mean accuracy of ``predict(X)`` against ``y``, as scikit-learn's ``score``.
 
         On Dask input (a Dask array or DataFrame ``X``, labels as a Dask array or
-        Series) the result is a lazy Dask scalar, computed block by block on the
-        workers: call ``float()`` or ``.compute()`` on it. A path (``y`` its label column
-        or key) gives a float: a parquet or CSV file is read block by block by Dask's
-        current scheduler (the active Client's workers, if any), an ``.npz`` file here.
+        Series) it is computed block by block by Dask's current scheduler (the active
+        Client's workers, if any); only the float travels. A path (``y`` its label column
+        or key) likewise: a parquet or CSV file is read block by block there, an ``.npz``
+        file here.
         """
         if isinstance(X, (str, os.PathLike)):
             return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
-            return self._lazy_score(self.predict(X), y, X, sample_weight)
+            # A float, as scikit-learn's scorers require (cross_val_score, GridSearchCV).
+            return float(self._lazy_score(self.predict(X), y, X, sample_weight))
         return super().score(X, y, sample_weight=sample_weight)
 
     def _lazy_score(self, y_pred, y, X, sample_weight=None):
@@ -2005,15 +2006,16 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """R^2 of ``predict(X)`` against ``y``, as scikit-learn's ``score``.
 
         On Dask input (a Dask array or DataFrame ``X``, targets as a Dask array or
-        Series) the result is a lazy Dask scalar, computed block by block on the
-        workers: call ``float()`` or ``.compute()`` on it. A path (``y`` its label column
-        or key) gives a float: a parquet or CSV file is read block by block by Dask's
-        current scheduler (the active Client's workers, if any), an ``.npz`` file here.
+        Series) it is computed block by block by Dask's current scheduler (the active
+        Client's workers, if any); only the float travels. A path (``y`` its label column
+        or key) likewise: a parquet or CSV file is read block by block there, an ``.npz``
+        file here.
         """
         if isinstance(X, (str, os.PathLike)):
             return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
-            return self._lazy_score(self.predict(X), y, X, sample_weight)
+            # A float, as scikit-learn's scorers require (cross_val_score, GridSearchCV).
+            return float(self._lazy_score(self.predict(X), y, X, sample_weight))
         return super().score(X, y, sample_weight=sample_weight)
 
     def _lazy_score(self, y_pred, y, X, sample_weight=None):

@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import cross_val_score
 from sklearn.preprocessing import LabelBinarizer
 
 from hmdspt import BPNNClassifier, BPNNRegressor
@@ -390,7 +392,10 @@ def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame,
     assert accuracy > 0.7
 
 
-def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, frame):
+def test_predictions_on_dask_input_are_lazy_and_scores_floats_and_match_numpy(client, frame):
+    """Predictions stay lazy (Dask arrays, as dask-ml's); a score is a float computed on the
+    workers, as scikit-learn's scorers need (cross_val_score on Dask input raised 'scoring
+    must return a number' when it was a lazy Dask scalar)."""
     features = frame.drop(columns="label")
     model = _fit(
         BPNNClassifier((16,), max_iter=10, random_state=0, client=False), features, frame["label"]
@@ -400,19 +405,17 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
     weights = np.random.default_rng(0).random(N_ROWS)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. "X does not have valid feature names"
-        lazy = {
-            "predict": model.predict(ddf),
-            "predict_proba": model.predict_proba(ddf),
-            "score": model.score(ddf, labels),
-            "weighted score": model.score(ddf, labels, sample_weight=weights),
-        }
+        lazy = {"predict": model.predict(ddf), "predict_proba": model.predict_proba(ddf)}
         assert all(hasattr(v, "dask") for v in lazy.values()), lazy  # nothing computed yet
         np.testing.assert_array_equal(lazy["predict"].compute(), model.predict(features))
         np.testing.assert_allclose(
             lazy["predict_proba"].compute(), model.predict_proba(features), rtol=1e-5
         )  # float32 sums over blocks of other sizes
-        assert float(lazy["score"]) == pytest.approx(model.score(features, frame["label"]))
-        assert float(lazy["weighted score"]) == pytest.approx(
+        score = model.score(ddf, labels)
+        weighted = model.score(ddf, labels, sample_weight=weights)
+        assert isinstance(score, float) and isinstance(weighted, float)
+        assert score == pytest.approx(model.score(features, frame["label"]))
+        assert weighted == pytest.approx(
             model.score(features, frame["label"], sample_weight=weights)
         )
     X = features.to_numpy()
@@ -423,8 +426,17 @@ def test_predictions_and_scores_on_dask_input_are_lazy_and_match_numpy(client, f
         targets,
     )
     score = regressor.score(da.from_array(X, chunks=1000), da.from_array(targets, chunks=1500))
-    assert hasattr(score, "dask")
-    assert float(score) == pytest.approx(regressor.score(X, targets), rel=1e-5)  # float32 blocks
+    assert isinstance(score, float)
+    assert score == pytest.approx(regressor.score(X, targets), rel=1e-5)  # float32 blocks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        scores = cross_val_score(
+            BPNNClassifier((8,), max_iter=2, random_state=0, client=False),
+            da.from_array(X, chunks=1000),
+            da.from_array(frame["label"].to_numpy(), chunks=1000),
+            cv=2,
+        )
+    assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
 def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, frame):
