@@ -332,6 +332,14 @@ def test_losing_every_worker_ends_the_fit_with_a_clear_error(tmp_path):
     assert end["event"] == "run_end" and end["status"] == "failed" and end["reason"]
 
 
+def test_a_cluster_without_workers_is_refused_naming_how_to_get_some(data):
+    """An adaptive cluster may have none yet: the message says how to start or await them."""
+    X, y = data
+    with LocalCluster(n_workers=0, processes=False, **FREE_PORTS) as cluster:
+        with pytest.raises(TrainingError, match=r"no workers: start some \(cluster.scale\(n\)\)"):
+            BPNNClassifier(client=cluster, max_iter=1).fit(X, y)
+
+
 def test_eval_set_scores_go_to_the_run_log_and_eval_curve(client, data, tmp_path):
     X, y = data
     log = tmp_path / "eval.jsonl"

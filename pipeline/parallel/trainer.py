@@ -287,7 +287,11 @@ class Trainer:
     def _workers(self) -> dict[str, dict]:
         workers = scheduler_workers(self.client)
         if not workers:
-            raise TrainingError("the cluster has no workers")
+            # An adaptive cluster (dask-jobqueue) may still be starting them.
+            raise TrainingError(
+                "the cluster has no workers: start some (cluster.scale(n)) or wait for them "
+                "(client.wait_for_workers(n)) before the fit"
+            )
         return workers
 
     @property
