@@ -54,6 +54,8 @@ def files(tmp_path_factory):
     for ext in ("npz", "parquet", "csv"):
         (d / f"garbage.{ext}").write_bytes(garbage)
     (d / "folder.csv").mkdir()
+    (d / "csv_folder").mkdir()
+    csv("csv_folder/part-0.csv", frame)
     return d
 
 
@@ -76,6 +78,7 @@ CASES = [
     ("garbage.parquet", ["--target", "label"], "cannot read"),
     ("garbage.csv", ["--target", "label"], "cannot read"),
     ("folder.csv", ["--target", "label"], "not a file"),
+    ("csv_folder", ["--target", "label"], "a folder is read as parquet files, and "),
     ("missing.npz", [], "data file not found"),
     ("missing.csv", [], "data file not found"),  # before --target: the file is the first fix
     ("continuous.csv", ["--target", "label"], "Unknown label type: continuous. Maybe you are"),

@@ -482,6 +482,20 @@ def _npz_meta(path: str, x_key: str | None, y_key: str | None) -> dict[str, Any]
     return {"x_key": x_key, "y_key": y_key, "n_rows": int(x_shape[0]), "n_features": n_features}
 
 
+def _other_kind_in_folder(folder: str) -> tuple[str, str] | None:
+    """The first file of ``folder`` (as pyarrow lists it) that names another reader, and
+    that reader: a folder of CSV files fails in pyarrow with 'Parquet magic bytes not found'."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))  # pyarrow skips these
+        for name in sorted(files):
+            kind = next(
+                (k for suffix, k in SUFFIX_READERS.items() if name.lower().endswith(suffix)), None
+            )
+            if kind not in (None, "parquet") and not name.startswith((".", "_")):
+                return os.path.join(root, name), kind
+    return None
+
+
 def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     """Files, row count and feature columns of a parquet file or directory (metadata only)."""
     import pyarrow as pa
@@ -497,6 +511,12 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     try:
         dataset = pads.dataset(source, format="parquet")
     except (pa.ArrowException, OSError) as exc:
+        other = _other_kind_in_folder(path) if os.path.isdir(path) else None
+        if other is not None:
+            raise ValueError(
+                f"{path}: a folder is read as parquet files, and {other[0]} is a {other[1]} "
+                "file; name a CSV or .npz file by its own path"
+            ) from None
         raise ValueError(f"cannot read {path} as parquet: {_first_line(exc)}") from None
     files = list(dataset.files)
     if not files:
