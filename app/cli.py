@@ -145,12 +145,18 @@ def monitor_main(
     -------
     status : int
         0 after a clean stop (Ctrl-C); 1, a runtime error as the CLI's (one line on
-        stderr), if ``path`` does not exist or the ``basic_auth`` file is missing or
-        malformed.
+        stderr), if ``path`` does not exist or is a file but not a ``.jsonl`` one, or the
+        ``basic_auth`` file is missing or malformed.
     """
     path = Path(path).expanduser()
     if not path.exists():
         print(f"hmdspt monitor: error: no run log or folder at {path}", file=sys.stderr)
+        return 1
+    if path.is_file() and path.suffix != ".jsonl":  # run logs are always .jsonl
+        print(
+            f"hmdspt monitor: error: {path} is not a run log (a .jsonl file) or a folder of them",
+            file=sys.stderr,
+        )
         return 1
     users: str | dict[str, str] | None = None
     if basic_auth:

@@ -492,6 +492,13 @@ def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):
 
     assert monitor_main(tmp_path / "missing") == 1
     assert "no run log or folder" in capsys.readouterr().err
+    data = tmp_path / "data.csv"  # a data file given by mistake: served, it showed no event
+    data.write_text("a,b\n1,2\n")
+    assert monitor_main(data) == 1
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"hmdspt monitor: error: {data} is not a run log (a .jsonl file) or a folder of them"
+    )
 
 
 def test_monitor_main_that_cannot_listen_says_where_in_one_line(tmp_path, capsys, monkeypatch):
