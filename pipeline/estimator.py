@@ -143,12 +143,14 @@ def _on_frame(method, columns: list, block: np.ndarray):
 
 
 def _rows_of(X):
-    """A Dask array of ``X``'s rows with known block lengths (counted on the workers)."""
+    """A Dask array of ``X``'s rows with known block lengths (counted on the workers of
+    Dask's current scheduler)."""
     if _is_dask_frame(X):
-        with warnings.catch_warnings():
-            # String labels become object arrays, which compare as they should.
-            warnings.filterwarnings("ignore", "Dask currently has limited support for converting")
-            return X.to_dask_array(lengths=True)
+        # Not to_dask_array(lengths=True): it counts the blocks of a column of a parquet
+        # frame as Dask fuses them, then refuses them against the partitions (4 != 15).
+        from hmdspt.parallel.sources import known_rows
+
+        return known_rows(None, X)
     return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
 
 

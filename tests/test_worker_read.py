@@ -439,6 +439,25 @@ def test_predictions_on_dask_input_are_lazy_and_scores_floats_and_match_numpy(cl
     assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
+def test_scores_of_a_parquet_frame_whose_column_dask_fuses_match_numpy(client, frame, tmp_path):
+    """dd.read_parquet of many small files: Dask fuses the label column's partitions, and
+    its to_dask_array(lengths=True) then failed the score ('lengths' 4 != 15 partitions)."""
+    dd.from_pandas(frame, npartitions=15).to_parquet(tmp_path / "parts", write_index=False)
+    parts = dd.read_parquet(tmp_path / "parts")
+    features, labels = parts.drop(columns="label"), parts["label"]
+    model = _fit(
+        BPNNClassifier((16,), max_iter=5, random_state=0, client=False),
+        frame.drop(columns="label"),
+        frame["label"],
+    )
+    assert model.score(features, labels) == pytest.approx(
+        model.score(frame.drop(columns="label"), frame["label"])
+    )
+    np.testing.assert_array_equal(
+        model.predict(features).compute(), model.predict(frame.drop(columns="label"))
+    )
+
+
 def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, frame):
     X = frame.drop(columns="label").to_numpy()
     Y = np.c_[X[:, 0] > 0, X[:, 1] > X[:, 2], X[:, 3] > 0.5].astype(int)

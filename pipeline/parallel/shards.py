@@ -939,10 +939,14 @@ def _in_blocks_of(values: Any, lengths: Sequence[int]) -> Any:
     return da.from_array(values, chunks=(tuple(lengths), *values.shape[1:]))
 
 
-def _block_lengths(client: Client, obj: Any) -> list[int]:
-    """Rows of each block; unknown ones are counted on the workers (only counts travel)."""
+def _block_lengths(client: Client | None, obj: Any) -> list[int]:
+    """Rows of each block; unknown ones are counted on the workers (only counts travel),
+    ``client``'s or, with None, those of Dask's current scheduler."""
     if hasattr(obj, "chunks") and not any(np.isnan(v) for v in obj.chunks[0]):
         return [int(v) for v in obj.chunks[0]]
+    if client is None:
+        lengths = dask.compute(*[dask.delayed(len)(block) for block in _delayed_blocks(obj)])
+        return [int(v) for v in lengths]
     blocks = client.compute(_delayed_blocks(obj))
     return [int(v) for v in client.gather(client.map(len, blocks, pure=False))]
 

@@ -240,9 +240,10 @@ class WorkerRead:
         }
 
 
-def known_rows(client: Client, part: Any) -> Any:
+def known_rows(client: Client | None, part: Any) -> Any:
     """Dask ``part`` (array, DataFrame or Series) as a Dask array whose row blocks have
-    known lengths, counted by ``client``'s workers (only counts travel).
+    known lengths, counted by ``client``'s workers (only counts travel), or with None by
+    Dask's current scheduler.
 
     A data frame's blocks are taken as the workers compute them (``to_delayed``): Dask
     may fuse a few columns' partitions, so neither ``npartitions`` nor
