@@ -439,6 +439,8 @@ def test_predictions_on_dask_input_are_lazy_and_scores_floats_and_match_numpy(cl
     assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
+# Dask's parquet reader calls a pandas method pandas deprecates (not ours to fix).
+@pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.reset_index")
 def test_scores_of_a_parquet_frame_whose_column_dask_fuses_match_numpy(client, frame, tmp_path):
     """dd.read_parquet of many small files: Dask fuses the label column's partitions, and
     its to_dask_array(lengths=True) then failed the score ('lengths' 4 != 15 partitions)."""
