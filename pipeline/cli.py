@@ -1014,6 +1014,9 @@ def _run(args: argparse.Namespace) -> int:
         trainer = sys.modules.get("hmdspt.parallel.trainer")
         if trainer is not None:
             expected += (trainer.TrainingError,)
+        pools = sys.modules.get("hmdspt.parallel.pools")  # a batch system that refused a job
+        if pools is not None:
+            expected += (pools.JobSubmissionError,)
         if args.debug or not isinstance(exc, expected):
             raise
         lines = str(exc).strip().splitlines()  # some libraries write paragraphs

@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from distributed import Client
 
+from hmdspt.cli import main
 from hmdspt.core.runlog import read_events, summarize
 from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.client import scheduler_workers
-from hmdspt.parallel.pools import PoolSpec, start_pools
+from hmdspt.parallel.pools import JobSubmissionError, PoolSpec, start_pools
 from hmdspt.parallel.scoring import score_workers
 from hmdspt.parallel.trainer import TrainingError
 from tests.requires import missing
@@ -325,3 +326,37 @@ def test_worker_lifetime_before_walltime_is_reported_and_does_not_hang(slurm_up,
             client, tmp_path, lambda: None, max_iter=10**6, max_seconds=20.0
         )
     print(f"--lifetime 8s: {outcome} after {took:.1f} s")  # a hang: the timeout
+
+
+@pytest.mark.timeout(60)
+def test_a_job_sbatch_refuses_is_one_line_naming_its_reason(slurm_up, tmp_path):
+    """dask-jobqueue's error is a paragraph that starts 'Command exited with non-zero exit
+    code.', and closing the cluster then raised an AssertionError in its place; the job of
+    the pool sbatch took is cancelled."""
+    before = _squeue_ids()
+    pools = [
+        PoolSpec("small", cores=1, memory="1GiB", processes=1, queue="no-such-partition"),
+        PoolSpec("big", cores=2, memory="2GiB", processes=1),
+    ]
+    with pytest.raises(JobSubmissionError) as raised:
+        start_pools("slurm", pools, timeout=30, **_common(tmp_path))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("sbatch failed (exit code 1): sbatch: error: ")
+    assert "invalid partition" in message.lower(), message
+    deadline = time.monotonic() + 20  # scancel'd jobs leave the queue within seconds
+    while _squeue_ids() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _squeue_ids() - before
+
+
+@pytest.mark.timeout(60)
+def test_hmdspt_score_on_a_pool_sbatch_refuses_ends_in_one_line(slurm_up, tmp_path, capsys):
+    config = tmp_path / "pools.yaml"
+    config.write_text(
+        "cluster: slurm\ncommon: {interface: lo, walltime: '00:10:00'}\n"
+        "pools: {small: {cores: 1, memory: 1GiB, queue: no-such-partition}}\n"
+    )
+    assert main(["score", "--cluster-config", str(config)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hmdspt: error: sbatch failed (exit code 1)"), err

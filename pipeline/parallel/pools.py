@@ -48,6 +48,7 @@ from typing import Any
 
 import dask
 from dask.utils import format_bytes, parse_bytes
+from distributed.core import Status
 from distributed.deploy.adaptive import Adaptive
 
 from hmdspt.parallel.cluster_options import (
@@ -63,6 +64,7 @@ __all__ = [
     "JOBQUEUE_KINDS",
     "ClusterConfig",
     "ClusterConfigError",
+    "JobSubmissionError",
     "PoolAdaptive",
     "PoolSpec",
     "PooledJobCluster",
@@ -109,6 +111,30 @@ class ClusterConfigError(ValueError):
 
 class PoolsTimeoutError(TimeoutError):
     """Not every job of every pool connected in time (queued, failed or too slow)."""
+
+
+class JobSubmissionError(RuntimeError):
+    """The batch system's submission command (``sbatch``, ``qsub``, ``bsub``) failed."""
+
+    @classmethod
+    def from_jobqueue(cls, exc: RuntimeError) -> JobSubmissionError | None:
+        """The error dask-jobqueue's failed command raised, in one line; None for another
+        RuntimeError. Its message is a paragraph whose first line names no cause."""
+        found = re.match(
+            r"Command exited with non-zero exit code.\nExit code: (\S+)\nCommand:\n(.*?)\n"
+            r"stdout:\n.*?\nstderr:\n(.*)",
+            str(exc),
+            flags=re.S,
+        )
+        if found is None:
+            return None
+        code, command, stderr = found.groups()
+        program = command.split()[0] if command.split() else command
+        said = next((line.strip() for line in stderr.splitlines() if line.strip()), "")
+        return cls(
+            f"{program} failed (exit code {code}): {said or 'it printed nothing on stderr'}; "
+            "`hmdspt cluster --dry-run` prints the job scripts"
+        )
 
 
 # ----------------------------------------------------------------------------- PoolSpec
@@ -687,7 +713,13 @@ class PooledJobCluster:
         # Submits new jobs and cancels dropped ones (SpecCluster's reconciliation). In a
         # synchronous cluster this blocks until every submission returned, so an sbatch
         # error is raised here rather than showing up later as a timeout.
-        return self.sync(self._correct_state)
+        try:
+            return self.sync(self._correct_state)
+        except RuntimeError as exc:
+            failed = JobSubmissionError.from_jobqueue(exc)
+            if failed is None:
+                raise
+            raise failed from exc
 
     def add_pool(self, pool: PoolSpec):
         """Add a pool and submit its ``pool.count`` jobs.
@@ -835,7 +867,19 @@ class PooledJobCluster:
 
     async def _close(self) -> None:
         self._stop_adapting()
+        self._mark_jobs_closing()
         await super()._close()
+
+    def _mark_jobs_closing(self) -> None:
+        """Every job this cluster made is closing from here on. dask-jobqueue's jobs never
+        say so themselves (their close only cancels the job), and SpecCluster's close ends
+        by asserting that each job it made and still in memory does: a job a traceback kept
+        in memory (a failed submission's) failed that check, and its AssertionError
+        replaced the submission's error."""
+        # A function of its own: no reference to a job outlives it.
+        for job in list(self._created):
+            if job.status not in (Status.closing, Status.closed, Status.failed):
+                job.status = Status.closing
 
     # -- inspection
     def job_script(self, pool: str | None = None) -> str:
