@@ -216,6 +216,19 @@ def _active_client():
         return None
 
 
+def _in_dask_task() -> bool:
+    """Whether this code runs as a task on a Dask worker."""
+    if "distributed" not in sys.modules:  # no worker can exist: spare the import
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
 def _check_client_param(client) -> None:
     """One line naming what is wrong with ``client``, before any data is read."""
     if client is None or client is False or isinstance(client, (str, os.PathLike)):
@@ -977,6 +990,19 @@ class _BaseBPNN(BaseEstimator):
         client = self.client
         if client is False or incremental:  # partial_fit: one pass here, whatever `client` is
             return None
+        if _in_dask_task():
+            # joblib's 'dask' backend: the fit is itself a task, and a fit on the cluster
+            # would wait for the workers such tasks hold (with single-thread workers, for
+            # ever). Without a client of its own it trains here, as any task does.
+            if client is None and not self.__dict__.get("_client_not_pickled"):
+                return None
+            raise RuntimeError(
+                f"this {type(self).__name__} was given a client but fits inside a Dask task "
+                "(joblib's 'dask' backend?), where a fit on the cluster would wait for the "
+                "workers the tasks hold: give it no client there (it then fits in the task), "
+                "or search with n_jobs=1 outside that backend to fit each candidate on the "
+                "cluster"
+            )
         if client is None:
             active = _active_client()
             if active is None and self.__dict__.get("_client_not_pickled"):

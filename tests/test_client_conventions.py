@@ -14,6 +14,7 @@ import threading
 import warnings
 
 import dask
+import joblib
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -133,6 +134,24 @@ def test_a_copy_sent_to_a_joblib_process_refuses_to_fit_in_process(cluster, data
     # In this process a copy fits in-process, as a saved model does.
     copy = pickle.loads(pickle.dumps(_model(client=cluster)))
     assert copy.client is None and not _on_cluster(_fit(copy, X, y))
+
+
+@pytest.mark.timeout(120)  # the old way waited for ever
+def test_under_joblibs_dask_backend_candidates_fit_in_their_tasks(cluster, data):
+    """Each candidate's fit is then a task on the workers: without a client it trains in
+    its task (a fit on the cluster from there waited for ever for the workers the tasks
+    held); given one, it is refused in one line. The refit runs here, on the cluster."""
+    X, y = data
+    grid = {"alpha": [1e-4, 1e-2]}
+    with Client(cluster) as client, joblib.parallel_backend("dask"):
+        search = GridSearchCV(_model(), grid, cv=2, error_score="raise")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            search.fit(X, y)
+        assert np.isfinite(search.best_score_) and _on_cluster(search.best_estimator_)
+        given = GridSearchCV(_model(client=client), grid, cv=2, error_score="raise")
+        with pytest.raises(RuntimeError, match=r"fits inside a Dask task \(joblib's 'dask'"):
+            given.fit(X, y)
 
 
 def _blas_threads() -> int:
