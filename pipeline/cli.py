@@ -50,9 +50,20 @@ class UsageError(CliError):
     """The command line itself is wrong (as argparse's errors): one line, exit 2."""
 
 
+def _comma_items(text: str) -> list[str]:
+    """The items of a comma-separated list; one trailing comma is allowed ('128,', as a
+    one-item tuple is written), an empty item elsewhere ('10,,5', a typo) is a ValueError."""
+    items = text.split(",")
+    if len(items) > 1 and not items[-1].strip():
+        items.pop()
+    if len(items) > 1 and not all(item.strip() for item in items):
+        raise ValueError(f"an empty item in {text!r}")
+    return [item for item in items if item.strip()]
+
+
 def _positive_int_tuple(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in _comma_items(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
@@ -129,7 +140,7 @@ def _strategy_names(text: str) -> list[str]:
 
 def _positive_floats(text: str) -> tuple[float, ...]:
     try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
+        values = tuple(float(v) for v in _comma_items(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers, got {text!r}"

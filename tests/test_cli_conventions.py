@@ -104,6 +104,11 @@ def test_a_warning_is_one_line_without_the_library_source(tmp_path, capsys):
     assert "hmdspt: warning" not in capsys.readouterr().err
 
 
+def test_lists_may_end_with_one_comma_as_a_one_item_tuple_is_written():
+    args = build_parser().parse_args(["train", "--hidden", "128,", "--speeds", " 4, 2 ,1,"])
+    assert args.hidden == (128,) and args.speeds == (4.0, 2.0, 1.0)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -117,6 +122,8 @@ def test_a_warning_is_one_line_without_the_library_source(tmp_path, capsys):
         (["train", "--seed", "-1"], "expected an integer from 0 to"),
         (["train", "--hidden", "64,-1"], "expected positive integers"),
         (["train", "--hidden", "abc"], "expected comma-separated integers"),
+        (["train", "--hidden", "10,,5"], "expected comma-separated integers"),  # a typo
+        (["train", "--speeds", "4,,1"], "expected comma-separated numbers"),
         (["train", "--speeds", "4,-1"], "speeds must be positive numbers"),
         (["score", "--speeds", "0"], "speeds must be positive numbers"),
         (["monitor", "{tmp}", "--port", "70000"], "expected a port from 0 to 65535"),
