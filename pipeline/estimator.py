@@ -135,11 +135,12 @@ def _is_lazy(X) -> bool:
     return _is_dask_array(X) or _is_dask_frame(X)
 
 
-def _on_frame(method, columns: list, block: np.ndarray):
-    """``method`` on a block as the data frame it came from (its feature names kept)."""
+def _on_frame(method, dtypes: dict, block: np.ndarray):
+    """``method`` on a block as the data frame it came from: its feature names and column
+    types (a frame with a bool or Int64 column comes as an object array)."""
     import pandas as pd
 
-    return method(pd.DataFrame(block, columns=columns))
+    return method(pd.DataFrame(block, columns=list(dtypes)).astype(dtypes))
 
 
 def _rows_of(X):
@@ -160,7 +161,7 @@ def _blockwise(method, X, n_columns: int | None, dtype):
     ``n_columns`` is the width of the output, None for a 1-d output.
     """
     if _is_dask_frame(X):
-        method = functools.partial(_on_frame, method, list(X.columns))
+        method = functools.partial(_on_frame, method, dict(X.dtypes.items()))
     X = _rows_of(X)
     X = X.rechunk({1: -1})  # whole rows in every block
     if n_columns is None:

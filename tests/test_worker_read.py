@@ -460,6 +460,31 @@ def test_scores_of_a_parquet_frame_whose_column_dask_fuses_match_numpy(client, f
     )
 
 
+def test_bool_and_nullable_int_feature_columns_of_dask_frames_work_as_in_memory(client, frame):
+    """Such a frame's blocks become object arrays: predictions and scores refused every
+    column as non-numeric, and an NA failed staging in a traceback (float() of pd.NA)."""
+    typed = frame.assign(
+        flag=frame["f0"] > 0, count=(frame["f1"] * 10).round().astype("Int64")
+    ).astype({"label": "category"})
+    features, labels = typed.drop(columns="label"), typed["label"]
+    parts = dd.from_pandas(typed, npartitions=3)
+    model = _fit(BPNNClassifier((16,), max_iter=5, random_state=0, client=client), features, labels)
+    np.testing.assert_array_equal(
+        model.predict(parts.drop(columns="label")).compute(), model.predict(features)
+    )
+    assert model.score(parts.drop(columns="label"), parts["label"]) == pytest.approx(
+        model.score(features, labels)
+    )
+    typed.loc[3, "count"] = pd.NA
+    parts = dd.from_pandas(typed, npartitions=3)
+    with pytest.raises(DataError, match="first a NaN at row 3, column 11"):
+        _fit(
+            BPNNClassifier((16,), max_iter=1, client=client),
+            parts.drop(columns="label"),
+            parts["label"],
+        )
+
+
 def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, frame):
     X = frame.drop(columns="label").to_numpy()
     Y = np.c_[X[:, 0] > 0, X[:, 1] > X[:, 2], X[:, 3] > 0.5].astype(int)

@@ -121,7 +121,11 @@ def _take_block_rows(
     pos = np.flatnonzero(mask)
     local = ids[pos] - block_start
     if hasattr(block, "iloc"):
-        values = block.iloc[local].to_numpy()
+        rows = block.iloc[local]
+        # Features straight to ``dtype``, a nullable column's NA as NaN (refused after
+        # staging, naming its row): bool and Int64 columns made an object array, whose
+        # pd.NA float() refused in a traceback.
+        values = rows.to_numpy() if dtype is None else rows.to_numpy(dtype, na_value=np.nan)
     else:
         values = np.asarray(block)[local]
     if dtype is not None:
