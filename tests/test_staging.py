@@ -16,7 +16,14 @@ from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hmdspt.core.shard import Shard, _concat_shards, _permutation, _shard_head, _shard_tail
+from hmdspt.core.shard import (
+    DataError,
+    Shard,
+    _concat_shards,
+    _permutation,
+    _shard_head,
+    _shard_tail,
+)
 from hmdspt.parallel.client import (
     WorkerLostError,
     _wait_ok,
@@ -24,7 +31,7 @@ from hmdspt.parallel.client import (
     scheduler_workers,
     wait_some,
 )
-from hmdspt.parallel.readers import _npz_rows
+from hmdspt.parallel.readers import _npz_rows, read_frame_part
 from hmdspt.parallel.rebalance import add_rows, drop_workers, held_row_ids, rebalance
 from hmdspt.parallel.shards import (
     StagedData,
@@ -577,6 +584,19 @@ def test_non_numeric_feature_column(client, tmp_path):
     for source in (tmp_path / "s.csv", frame):
         with pytest.raises(ValueError, match=r"\['s'\]; encode or drop these columns first$"):
             stage(client, source, target="label")
+
+
+def test_a_frame_part_with_a_bool_column_is_checked_for_nan_as_floats(tmp_path):
+    """The CLI's cluster reads parts of a file with read_frame_part: beside a bool column
+    the features were an object array, which the NaN check passed."""
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0], "flag": [True, False, True], "n": [1, 2, 3]})
+    frame["n"] = frame["n"].astype("Int64")
+    frame.loc[1, "n"] = pd.NA
+    frame.to_parquet(tmp_path / "typed.parquet")
+    part = (str(tmp_path / "typed.parquet"), 0, 3)
+    columns = ["a", "flag", "n"]
+    with pytest.raises(DataError, match=r"e\.g\. a NaN at row 1, column 2"):
+        read_frame_part(part, "parquet", columns, features=columns)
 
 
 def test_length_mismatch(client, data):

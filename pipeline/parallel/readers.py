@@ -606,7 +606,9 @@ def read_frame_part(
         )[list(columns)]  # fmt: skip
     # Dask passes fewer columns where a computation needs fewer (the labels alone).
     if len(features) and len(frame) and set(features) <= set(frame.columns):
-        X = frame[list(features)].to_numpy()
+        # As floats: a bool column beside float ones made an object array, which the
+        # check passed (an NA of an Int64 column then failed the score in a traceback).
+        X = frame[list(features)].to_numpy(np.float64, na_value=np.nan)
         _check_finite(X, np.arange(start, start + len(frame)), path, whole=False)
     return frame
 
