@@ -342,6 +342,23 @@ def _n_rows(X) -> int:
     return X.n_rows if hasattr(X, "n_rows") else X.shape[0]
 
 
+def _refuse_missing_labels(y) -> None:
+    """One line naming the first missing label (None, NaN, pd.NA), as the workers name one
+    in Dask labels: scikit-learn's checks fail on one with "'<' not supported between
+    instances of 'NoneType' and 'str'"."""
+    values = np.asarray(y)
+    if values.dtype.kind not in "OUSf" or values.ndim == 0 or not len(values):
+        return  # integers and booleans cannot be missing
+    import pandas as pd
+
+    missing = np.flatnonzero(pd.isna(values).reshape(len(values), -1).any(axis=1))
+    if len(missing):
+        raise ValueError(
+            f"y has a missing label (None, NaN or NA), first at row {missing[0]}; drop those "
+            "rows or label them first"
+        )
+
+
 def _check_numeric_columns(X) -> None:
     """One line naming a data frame's non-numeric columns (scikit-learn names a value)."""
     dtypes = getattr(X, "dtypes", None)
@@ -1550,6 +1567,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         return "softmax" if self._label_binarizer.y_type_ == "multiclass" else "logistic"
 
     def _validate_input(self, X, y, incremental: bool, reset: bool):
+        _refuse_missing_labels(y)  # scikit-learn's "Input contains NaN" names no row
         X, y = validate_data(
             self,
             X,
@@ -1583,6 +1601,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
     def _fit_labels(self, y, incremental: bool) -> None:
         """Fit (or check against) the label binarizer: ``y`` the labels or their classes."""
+        _refuse_missing_labels(y)
         # Names a regression target as such ("continuous"), where the binarizer would print
         # the labels' array into its message.
         check_classification_targets(y)
@@ -1728,6 +1747,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         called_at = time.perf_counter()
         if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
             X, y = _read_in_process(X, y)
+        _refuse_missing_labels(y)  # before type_of_target, which fails on one unnamed
         if _check_partial_fit_first_call(self, classes):
             self._label_binarizer = LabelBinarizer()
             if type_of_target(y).startswith("multilabel"):

@@ -149,3 +149,28 @@ def test_non_numeric_columns_are_named_at_fit_and_predict():
     model = BPNNRegressor(hidden_layer_sizes=(4,), max_iter=1).fit(numeric, y)
     with pytest.raises(ValueError, match=r"non-numeric feature column\(s\) in X: \['flag'\]"):
         model.predict(numeric.assign(flag=["x"] * 12))
+
+
+def test_a_missing_label_is_named_by_its_row_in_memory_and_in_dask_labels():
+    """scikit-learn's checks fail on a None label with "'<' not supported between instances
+    of 'NoneType' and 'str'", Dask's label collection with "boolean value of NA is
+    ambiguous"; both now name the row."""
+    import dask.dataframe as dd
+
+    from hmdspt.core.shard import DataError
+
+    X, y = make_classification(n_samples=300, n_features=5, random_state=0)
+    labels = pd.Series(np.array(["no", "yes"], dtype=object)[y])
+    labels[7] = None
+    message = r"y has a missing label \(None, NaN or NA\), first at row 7; drop those rows"
+    with pytest.raises(ValueError, match=message):
+        BPNNClassifier(max_iter=1).fit(X, labels)
+    with pytest.raises(ValueError, match=message):
+        BPNNClassifier(max_iter=1).partial_fit(X, labels, classes=["no", "yes"])
+    frame = pd.DataFrame(X, columns=list("abcde")).assign(label=labels)
+    parts = dd.from_pandas(frame, npartitions=3)
+    with LocalCluster(n_workers=1, processes=False, **FREE_PORTS) as cluster:
+        with Client(cluster) as client, pytest.raises(DataError, match=message):
+            BPNNClassifier(max_iter=1, client=client).fit(
+                parts.drop(columns="label"), parts["label"]
+            )

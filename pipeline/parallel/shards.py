@@ -53,6 +53,7 @@ import pandas as pd
 from distributed import Client, Future
 
 from hmdspt.core.shard import (
+    DataError,
     Shard,
     _as_features,
     _permutation,
@@ -854,8 +855,17 @@ class DaskReader(SourceReader):
     def unique_labels(self, client: Client) -> np.ndarray:
         # Per block on the workers: only each block's distinct labels travel (no shuffle).
         blocks = client.compute(_delayed_blocks(self.y))
-        parts = client.gather(client.map(_distinct, blocks, pure=False))
-        return np.unique(np.concatenate(parts))
+        found = client.gather(client.map(_distinct, blocks, pure=False))
+        del blocks  # released now, also when a missing label is refused below
+        starts = np.cumsum([0, *self.y_lengths[:-1]])
+        missing = [start + first for (_, first), start in zip(found, starts) if first >= 0]
+        if missing:
+            # np.unique of them failed with "boolean value of NA is ambiguous".
+            raise DataError(
+                f"{self.name}: y has a missing label (None, NaN or NA), first at row "
+                f"{min(missing)}; drop those rows or label them first"
+            )
+        return np.unique(np.concatenate([labels for labels, _ in found]))
 
     @property
     def n_targets(self) -> int:
@@ -898,8 +908,13 @@ class DaskReader(SourceReader):
         return self._read(client, plans, dtype)
 
 
-def _distinct(block: Any) -> np.ndarray:
-    return np.unique(np.asarray(block))
+def _distinct(block: Any) -> tuple[np.ndarray, int]:
+    """A block's distinct labels and the position of its first missing one (-1: none)."""
+    values = np.asarray(block)
+    missing = np.flatnonzero(pd.isna(values).reshape(len(values), -1).any(axis=1))
+    if len(missing):
+        return values[:0], int(missing[0])
+    return np.unique(values), -1
 
 
 def _delayed_blocks(obj: Any) -> list[Any]:
