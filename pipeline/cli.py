@@ -228,7 +228,7 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
     """
     from sklearn.model_selection import train_test_split
 
-    from hmdspt.parallel.readers import read_file
+    from hmdspt.parallel.readers import check_labels_present, read_file
 
     _check_data_args(path, target)
     try:
@@ -241,6 +241,12 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
         raise CliError(lines[0] if lines else type(exc).__name__) from None
     if data.y is None:
         raise CliError(f"{path} has no labels for {data.x_key} (arrays: {data.keys})")
+    try:  # the CLI classifies: a NaN label is a missing one, named by its file row
+        for part in (data, test) if test is not None else (data,):
+            where = os.path.abspath(path)  # as the reader names the file
+            check_labels_present(part.y, np.arange(len(part.y)), where, numeric=True)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if test is not None:
         if test.X.shape[1] != data.X.shape[1]:
             raise CliError(
@@ -619,7 +625,7 @@ def _cluster_data(args: argparse.Namespace, pending: Future | None = None):
     from hmdspt.parallel.shards import frame_of
 
     try:  # staging's reading rule and messages: the CLI's --data reads as fit(path) does
-        frame = frame_of(args.data, args.target)
+        frame = frame_of(args.data, args.target, classes=True)  # the CLI classifies
     except (OSError, ValueError, TypeError) as exc:
         raise CliError(str(exc).strip().splitlines()[0]) from None
     features = [c for c in frame.columns if c != args.target]

@@ -44,6 +44,12 @@ def files(tmp_path_factory):
     csv("one_class.csv", frame.assign(label=1))
     csv("good.csv", frame)
     csv("continuous.csv", frame.assign(label=rng.rand(60) * 100))
+    g = frame.assign(label=np.where(frame["label"] == 1, "yes", "no").astype(object))
+    g.loc[5, "label"] = None
+    csv("no_label.csv", g)
+    g = frame.assign(label=frame["label"].astype(float))
+    g.loc[9, "label"] = np.nan
+    csv("nan_label.csv", g)
     (d / "zero_bytes.csv").touch()
     np.savez(d / "mismatch.npz", X=rng.rand(60, 3), y=np.arange(59) % 2)
     np.savez(d / "nan.npz", X=np.where(rng.rand(60, 3) > 0.9, np.nan, 1.0), y=np.arange(60) % 2)
@@ -82,6 +88,17 @@ CASES = [
     ("missing.npz", [], "data file not found"),
     ("missing.csv", [], "data file not found"),  # before --target: the file is the first fix
     ("continuous.csv", ["--target", "label"], "Unknown label type: continuous. Maybe you are"),
+    # Named by the file's row, not the row of the shuffled training part.
+    (
+        "no_label.csv",
+        ["--target", "label"],
+        "y has a missing label (None, NaN or NA), first at row 5",
+    ),
+    (
+        "nan_label.csv",
+        ["--target", "label"],
+        "y has a missing label (None, NaN or NA), first at row 9",
+    ),
 ]
 
 

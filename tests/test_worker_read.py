@@ -485,6 +485,17 @@ def test_bool_and_nullable_int_feature_columns_of_dask_frames_work_as_in_memory(
         )
 
 
+def test_a_missing_label_in_a_file_the_workers_read_is_named_by_its_file_row(
+    client, frame, tmp_path
+):
+    """The workers collect the distinct labels: np.unique failed on a None there."""
+    labelled = frame.astype({"label": object})
+    labelled.loc[4321, "label"] = None
+    labelled.to_csv(tmp_path / "rows.csv", index=False)
+    with pytest.raises(DataError, match=r"rows\.csv: y has a missing label .*first at row 4321"):
+        _fit(BPNNClassifier((8,), max_iter=1, client=client), str(tmp_path / "rows.csv"), "label")
+
+
 def test_a_label_indicator_matrix_of_dask_input_trains_as_in_process(client, frame):
     X = frame.drop(columns="label").to_numpy()
     Y = np.c_[X[:, 0] > 0, X[:, 1] > X[:, 2], X[:, 3] > 0.5].astype(int)

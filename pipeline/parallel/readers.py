@@ -133,6 +133,30 @@ def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str, whole: bool =
         raise non_finite_error(source, found, whole)
 
 
+def check_labels_present(
+    labels: Any, row_ids: np.ndarray, source: str, whole: bool = True, numeric: bool = False
+) -> None:
+    """Refuse a missing label (None or NA) among non-numeric labels, naming the lowest row
+    id: np.unique fails on one with "'<' not supported between 'NoneType' and 'str'".
+
+    ``numeric``: a NaN among numeric labels is one too (classification; else a NaN target
+    is refused as such where it is trained). ``whole``: ``labels`` are all of ``source``'s
+    (the message says "first"), else a part of them ("e.g.").
+    """
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in ("OUSf" if numeric else "OUS") or not len(labels):
+        return
+    import pandas as pd
+
+    missing = pd.isna(labels).reshape(len(labels), -1).any(axis=1)
+    if missing.any():
+        raise DataError(
+            f"{source}: y has a missing label (None, NaN or NA), "
+            f"{'first' if whole else 'e.g.'} at row {int(row_ids[missing].min())}; drop "
+            "those rows or label them first"
+        )
+
+
 def non_finite_error(
     source: str, found: tuple[int, int, float], whole: bool, part: str = "X"
 ) -> DataError:
@@ -421,6 +445,7 @@ def _unique_target(
         labels = _parquet_shard(meta["files"], [], target, ids, n_rows, np.dtype(np.float32)).y
     else:
         labels = _csv_shard(path, [], target, ids, n_rows, np.dtype(np.float32), 65_536).y
+    check_labels_present(labels, ids, path)
     return np.unique(labels)
 
 
@@ -581,12 +606,19 @@ def frame_parts(kind: str, path: str, meta: Mapping[str, Any]) -> list[tuple]:
 
 
 def read_frame_part(
-    part: tuple, kind: str, columns: Sequence[str], features: Sequence[str] = ()
+    part: tuple,
+    kind: str,
+    columns: Sequence[str],
+    features: Sequence[str] = (),
+    target: str | None = None,
+    numeric_labels: bool = False,
 ) -> pd.DataFrame:
     """One partition of :func:`frame_parts` as a data frame of ``columns``, in file order.
 
     The ``features`` columns, when all are read, are checked as staging checks a file's
-    rows: a NaN or an infinite value is refused, named by its file and row there.
+    rows: a NaN or an infinite value is refused, named by its file and row there; so is a
+    missing label in the ``target`` column, when read (a NaN of a numeric one too with
+    ``numeric_labels``: see :func:`check_labels_present`).
     """
     import pandas as pd
 
@@ -610,6 +642,10 @@ def read_frame_part(
         # check passed (an NA of an Int64 column then failed the score in a traceback).
         X = frame[list(features)].to_numpy(np.float64, na_value=np.nan)
         _check_finite(X, np.arange(start, start + len(frame)), path, whole=False)
+    if target is not None and target in frame.columns:
+        rows = np.arange(start, start + len(frame))
+        labels = frame[target].to_numpy()
+        check_labels_present(labels, rows, path, whole=False, numeric=numeric_labels)
     return frame
 
 
@@ -715,10 +751,8 @@ def read_file(
     ValueError
         With one line naming the problem, as staging words it: an unknown suffix, an
         unreadable or corrupted file, a missing target column or array, X and y of
-        different lengths, no rows; and, which staging lets through, NaN or infinite
-        features (the first is named).
-    TypeError
-        Non-numeric features.
+        different lengths, no rows, non-numeric features; and, which staging lets
+        through, NaN or infinite features or a missing label (the first is named).
     """
     path, kind = source_kind(path, x_key)
     dtype = np.dtype(dtype)
@@ -742,4 +776,6 @@ def read_file(
         shard = _csv_shard(path, meta["features"], target, ids, n_rows, dtype, _CSV_CHUNK_ROWS)
         data = FileData(shard.X, shard.y, list(meta["features"]))
     _check_finite(data.X, ids, path)
+    if data.y is not None:
+        check_labels_present(data.y, ids, path)
     return data

@@ -1064,12 +1064,13 @@ class PathReader(SourceReader):
         return futures
 
 
-def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
+def frame_of(path: str | os.PathLike, target: str | None = None, *, classes: bool = False) -> Any:
     """A parquet or CSV source as a Dask DataFrame whose partitions the workers read.
 
     The reading rule is :mod:`hmdspt.parallel.readers`' (suffixes, globs, metadata checks
     and their messages), the one staging and ``read_file`` use; only metadata is read
-    here.
+    here. ``classes``: the ``target`` column holds class labels, so a NaN of a numeric one
+    is refused as a missing label, by its file row, as the partition is read.
 
     Raises
     ------
@@ -1089,7 +1090,14 @@ def frame_of(path: str | os.PathLike, target: str | None = None) -> Any:
     parts = frame_parts(kind, path, meta)
     empty = empty_frame(kind, parts[0], columns)  # no rows read on the driver
     return dd.from_map(
-        read_frame_part, parts, kind=kind, columns=columns, features=meta["features"], meta=empty
+        read_frame_part,
+        parts,
+        kind=kind,
+        columns=columns,
+        features=meta["features"],
+        target=target,
+        numeric_labels=classes,
+        meta=empty,
     )
 
 
