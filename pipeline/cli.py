@@ -241,9 +241,9 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
         raise CliError(lines[0] if lines else type(exc).__name__) from None
     if data.y is None:
         raise CliError(f"{path} has no labels for {data.x_key} (arrays: {data.keys})")
+    where = os.path.abspath(path)  # as the reader names the file
     try:  # the CLI classifies: a NaN label is a missing one, named by its file row
         for part in (data, test) if test is not None else (data,):
-            where = os.path.abspath(path)  # as the reader names the file
             check_labels_present(part.y, np.arange(len(part.y)), where, numeric=True)
     except ValueError as exc:
         raise CliError(str(exc)) from None

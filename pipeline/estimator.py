@@ -345,18 +345,12 @@ def _n_rows(X) -> int:
 def _refuse_missing_labels(y) -> None:
     """One line naming the first missing label (None, NaN, pd.NA), as the workers name one
     in Dask labels: scikit-learn's checks fail on one with "'<' not supported between
-    instances of 'NoneType' and 'str'"."""
-    values = np.asarray(y)
-    if values.dtype.kind not in "OUSf" or values.ndim == 0 or not len(values):
-        return  # integers and booleans cannot be missing
-    import pandas as pd
+    instances of 'NoneType' and 'str'" or "Input contains NaN"."""
+    from hmdspt.parallel.readers import check_labels_present
 
-    missing = np.flatnonzero(pd.isna(values).reshape(len(values), -1).any(axis=1))
-    if len(missing):
-        raise ValueError(
-            f"y has a missing label (None, NaN or NA), first at row {missing[0]}; drop those "
-            "rows or label them first"
-        )
+    values = np.asarray(y)
+    if values.ndim:
+        check_labels_present(values, np.arange(len(values)), None, numeric=True)
 
 
 def _check_numeric_columns(X) -> None:

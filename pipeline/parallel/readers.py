@@ -134,14 +134,19 @@ def _check_finite(X: np.ndarray, row_ids: np.ndarray, source: str, whole: bool =
 
 
 def check_labels_present(
-    labels: Any, row_ids: np.ndarray, source: str, whole: bool = True, numeric: bool = False
+    labels: Any,
+    row_ids: np.ndarray,
+    source: str | None,
+    whole: bool = True,
+    numeric: bool = False,
 ) -> None:
     """Refuse a missing label (None or NA) among non-numeric labels, naming the lowest row
     id: np.unique fails on one with "'<' not supported between 'NoneType' and 'str'".
 
     ``numeric``: a NaN among numeric labels is one too (classification; else a NaN target
     is refused as such where it is trained). ``whole``: ``labels`` are all of ``source``'s
-    (the message says "first"), else a part of them ("e.g.").
+    (the message says "first"), else a part of them ("e.g."). ``source`` None: labels
+    given in memory.
     """
     labels = np.asarray(labels)
     if labels.dtype.kind not in ("OUSf" if numeric else "OUS") or not len(labels):
@@ -150,11 +155,16 @@ def check_labels_present(
 
     missing = pd.isna(labels).reshape(len(labels), -1).any(axis=1)
     if missing.any():
-        raise DataError(
-            f"{source}: y has a missing label (None, NaN or NA), "
-            f"{'first' if whole else 'e.g.'} at row {int(row_ids[missing].min())}; drop "
-            "those rows or label them first"
-        )
+        raise missing_label_error(source, int(row_ids[missing].min()), whole)
+
+
+def missing_label_error(source: str | None, row: int, whole: bool = True) -> DataError:
+    """The error for a missing label at ``row`` (see :func:`check_labels_present`)."""
+    where = f"{source}: " if source else ""
+    return DataError(
+        f"{where}y has a missing label (None, NaN or NA), {'first' if whole else 'e.g.'} at "
+        f"row {row}; drop those rows or label them first"
+    )
 
 
 def non_finite_error(

@@ -53,7 +53,6 @@ import pandas as pd
 from distributed import Client, Future
 
 from hmdspt.core.shard import (
-    DataError,
     Shard,
     _as_features,
     _permutation,
@@ -82,6 +81,7 @@ from hmdspt.parallel.readers import (
     _unique_target,
     empty_frame,
     frame_parts,
+    missing_label_error,
     npz_member,
     npz_part,
     read_frame_part,
@@ -859,12 +859,8 @@ class DaskReader(SourceReader):
         del blocks  # released now, also when a missing label is refused below
         starts = np.cumsum([0, *self.y_lengths[:-1]])
         missing = [start + first for (_, first), start in zip(found, starts) if first >= 0]
-        if missing:
-            # np.unique of them failed with "boolean value of NA is ambiguous".
-            raise DataError(
-                f"{self.name}: y has a missing label (None, NaN or NA), first at row "
-                f"{min(missing)}; drop those rows or label them first"
-            )
+        if missing:  # np.unique of them failed with "boolean value of NA is ambiguous"
+            raise missing_label_error(self.name, min(missing))
         return np.unique(np.concatenate([labels for labels, _ in found]))
 
     @property
