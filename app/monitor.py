@@ -68,6 +68,7 @@ from hmdspt.app.rundata import (
     emulation_label,
     list_runs,
 )
+from hmdspt.core.prediction import counted
 
 __all__ = ["Comparison", "Monitor", "RunMonitor", "dashboard", "served_page"]
 
@@ -621,8 +622,7 @@ class RunMonitor(param.Parameterized):
         if d.end is not None and d.status != "completed":
             reason = d.end.get("reason")
             kind = "danger" if d.status == "failed" else "warning"
-            rounds = "1 round" if d.n_rounds == 1 else f"{d.n_rounds} rounds"
-            text = f"Run {d.status} after {rounds}"
+            text = f"Run {d.status} after {counted(d.n_rounds, 'round')}"
             text += f": {reason}" if reason else " (no reason logged)."
             out.append(_message(text, kind))
         if d.torn_bytes:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hmdspt.core.prediction import sync_per_round
+from hmdspt.core.prediction import counted, sync_per_round
 from hmdspt.core.runlog import read_events, summarize
 
 # scikit-learn and the estimator are imported by the functions that fit: plotting or
@@ -293,7 +293,7 @@ def _finished_line(result: RunResult) -> str:
     """The line printed as a run ends."""
     rounds = ""
     if result.rounds:
-        rounds = f", {result.rounds} round" + ("s" if result.rounds > 1 else "")
+        rounds = f", {counted(result.rounds, 'round')}"
     return (
         f"{result.name}: done in {result.wall_s:.1f} s ({result.train_s:.1f} s of training), "
         f"{result.epochs} epoch(s){rounds}, final accuracy {result.final_accuracy:.4f}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hmdspt.core.costs import balanced_shares
 
-__all__ = ["MEASURED_WEIGHT", "EpochPrediction", "predict_epoch", "sync_per_round"]
+__all__ = ["MEASURED_WEIGHT", "EpochPrediction", "counted", "predict_epoch", "sync_per_round"]
 
 # How much the efficiency an epoch measured counts against the cost model's. The model
 # misses per-round jitter and the quota bursts of a throttled worker (it over-predicted on
@@ -70,6 +70,11 @@ class EpochPrediction:
     def equal_shares_ratio(self) -> float:
         """Equal shares' epoch over the balanced one's."""
         return self.equal_shares_epoch_s / self.epoch_s
+
+
+def counted(n: int, noun: str) -> str:
+    """``"1 round"``, ``"3 rounds"``: a count as the messages and the monitor print it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def sync_per_round(sync_s: float, rounds_per_epoch: int, what: str = "") -> str:

@@ -51,7 +51,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
-from hmdspt.core.prediction import predict_epoch, sync_per_round
+from hmdspt.core.prediction import counted, predict_epoch, sync_per_round
 from hmdspt.core.rounds import size_rounds
 from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
@@ -164,11 +164,6 @@ def _raised_by_an_interrupt(exc: BaseException) -> bool:
         seen.add(id(link))
         link = link.__cause__ or link.__context__
     return False
-
-
-def _count(n: int, noun: str) -> str:
-    """``"1 worker"``, ``"3 workers"``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _in_fit_span_with_blas_limit(fit: Callable) -> Callable:
@@ -1050,7 +1045,7 @@ class Trainer:
             message = (
                 f"this cluster{emulated} is predicted to train slower than one process on its "
                 f"fastest worker {fastest} alone: {p.epoch_s:.3g} s an epoch on "
-                f"{_count(len(counts), 'worker')} against {p.fastest_alone_epoch_s:.3g} s "
+                f"{counted(len(counts), 'worker')} against {p.fastest_alone_epoch_s:.3g} s "
                 f"(speed-up {p.speedup:.2f}x; "
                 f"{sync_per_round(sync_s, rounds_per_epoch, ' of synchronisation')})"
             )
