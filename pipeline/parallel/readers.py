@@ -151,11 +151,16 @@ def check_labels_present(
     labels = np.asarray(labels)
     if labels.dtype.kind not in ("OUSf" if numeric else "OUS") or not len(labels):
         return
-    import pandas as pd
-
-    missing = pd.isna(labels).reshape(len(labels), -1).any(axis=1)
+    missing = missing_labels(labels)
     if missing.any():
         raise missing_label_error(source, int(row_ids[missing].min()), whole)
+
+
+def missing_labels(labels: np.ndarray) -> np.ndarray:
+    """Per row of ``labels``, whether it misses a label (None, NaN or NA)."""
+    import pandas as pd
+
+    return pd.isna(labels).reshape(len(labels), -1).any(axis=1)
 
 
 def missing_label_error(source: str | None, row: int, whole: bool = True) -> DataError:
@@ -647,13 +652,13 @@ def read_frame_part(
             usecols=list(columns),
         )[list(columns)]  # fmt: skip
     # Dask passes fewer columns where a computation needs fewer (the labels alone).
+    rows = np.arange(start, start + len(frame))
     if len(features) and len(frame) and set(features) <= set(frame.columns):
         # As floats: a bool column beside float ones made an object array, which the
         # check passed (an NA of an Int64 column then failed the score in a traceback).
         X = frame[list(features)].to_numpy(np.float64, na_value=np.nan)
-        _check_finite(X, np.arange(start, start + len(frame)), path, whole=False)
+        _check_finite(X, rows, path, whole=False)
     if target is not None and target in frame.columns:
-        rows = np.arange(start, start + len(frame))
         labels = frame[target].to_numpy()
         check_labels_present(labels, rows, path, whole=False, numeric=numeric_labels)
     return frame

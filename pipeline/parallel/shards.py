@@ -82,6 +82,7 @@ from hmdspt.parallel.readers import (
     empty_frame,
     frame_parts,
     missing_label_error,
+    missing_labels,
     npz_member,
     npz_part,
     read_frame_part,
@@ -907,7 +908,7 @@ class DaskReader(SourceReader):
 def _distinct(block: Any) -> tuple[np.ndarray, int]:
     """A block's distinct labels and the position of its first missing one (-1: none)."""
     values = np.asarray(block)
-    missing = np.flatnonzero(pd.isna(values).reshape(len(values), -1).any(axis=1))
+    missing = np.flatnonzero(missing_labels(values))
     if len(missing):
         return values[:0], int(missing[0])
     return np.unique(values), -1
