@@ -1595,7 +1595,6 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
     def _fit_labels(self, y, incremental: bool) -> None:
         """Fit (or check against) the label binarizer: ``y`` the labels or their classes."""
-        _refuse_missing_labels(y)
         # Names a regression target as such ("continuous"), where the binarizer would print
         # the labels' array into its message.
         check_classification_targets(y)
