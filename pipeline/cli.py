@@ -937,7 +937,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse option combinations argparse cannot express, before any work starts."""
-    from hmdspt.core.paths import check_file_path
+    from hmdspt.core.paths import check_file_path, check_folder_writable
 
     scheduler = getattr(args, "scheduler", None)
     kind = getattr(args, "cluster", None)
@@ -957,8 +957,8 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     if getattr(args, "data", None):  # before a cluster starts or a scheduler is reached
         _check_data_args(args.data, getattr(args, "target", None))
-    if getattr(args, "run_dir", None):  # the run logs go into it: a file in the way fails now
-        check_file_path(Path(args.run_dir) / "<run_id>.jsonl", "run_log")
+    if getattr(args, "run_dir", None):  # the run logs go into it: fail now, not after the fit
+        check_folder_writable(args.run_dir, "--run-dir")
     if getattr(args, "chart", None):  # not after every comparison has run
         check_file_path(args.chart, "--chart")
 

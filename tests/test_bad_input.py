@@ -192,8 +192,8 @@ def test_unseen_labels_in_partial_fit_name_the_labels():
 @pytest.mark.parametrize(
     "command, option, named",
     [
-        ("train", "--run-dir", "run_log {}/<run_id>.jsonl"),
-        ("compare", "--run-dir", "run_log {}/<run_id>.jsonl"),
+        ("train", "--run-dir", "--run-dir {}"),
+        ("compare", "--run-dir", "--run-dir {}"),
         ("compare", "--chart", "--chart {}"),
     ],
 )
@@ -207,6 +207,20 @@ def test_a_file_in_an_output_paths_way_fails_before_any_work(
     assert code == 1 and out == ""  # no cluster started, no data built, nothing compared
     where = named.format(blocker / "out")
     assert err.strip() == f"hmdspt: error: {where}: {blocker} is a file, not a folder"
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_a_run_dir_that_cannot_be_written_fails_before_any_work(tmp_path, capsys, command):
+    """A folder no file can be written in (here one under /proc, which refuses new entries
+    even to root) ended the command only after the cluster had started and the data had
+    been read, with a bare "[Errno 2] No such file or directory: '/proc/x'"."""
+    run_dir = "/proc/hmdspt-none/runs"
+    code = main([command, "--run-dir", run_dir])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""  # no cluster started, no data built
+    assert err.strip() == (
+        f"hmdspt: error: --run-dir {run_dir}: cannot write there (No such file or directory)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -313,6 +313,15 @@ def test_a_checkpoint_dir_with_a_file_in_its_way_is_refused_before_any_work(tmp_
     with pytest.raises(ValueError, match=r"checkpoint_dir .*: it is a file, not a folder"):
         TrainerConfig(checkpoint_dir=str(blocker)).validate()
     TrainerConfig(checkpoint_dir=str(tmp_path / "new" / "folder")).validate()  # made later
+    assert not (tmp_path / "new").exists()  # the check leaves nothing behind
+    # A folder no file can be written in (/proc takes no new entries, even from root) was
+    # refused only at the first save, after an epoch, as "[Errno 2] ... '/proc/x'".
+    unwritable_dir = BPNNClassifier(max_iter=1, checkpoint_dir="/proc/hmdspt-none/ckpt")
+    with pytest.raises(ValueError) as unwritable:
+        unwritable_dir.fit([[0.0], [1.0]], [0, 1])
+    assert str(unwritable.value) == (
+        "checkpoint_dir /proc/hmdspt-none/ckpt: cannot write there (No such file or directory)"
+    )
 
 
 # -------------------------------------------------- kill the driver, resume the fit

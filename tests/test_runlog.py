@@ -1,5 +1,6 @@
 """Tests of hmdspt.core.runlog: writer, readers, tail and summary."""
 
+import errno
 import json
 import os
 import re
@@ -195,6 +196,16 @@ def test_a_run_log_under_a_regular_file_fails_with_one_line(tmp_path):
         with pytest.raises(ValueError) as info:
             RunLogWriter(path)
         assert str(info.value) == f"run_log {path}: {tmp_path / 'x'} is a file, not a folder"
+
+
+def test_a_run_log_that_cannot_be_written_is_named_as_the_parameter():
+    """/proc takes no new entries, even from root. The error was a bare
+    "[Errno 2] No such file or directory: '/proc/x'", naming no parameter."""
+    path = "/proc/hmdspt-none/fit.jsonl"
+    with pytest.raises(FileNotFoundError) as info:
+        RunLogWriter(path)
+    assert str(info.value) == f"run_log {path}: cannot write it (No such file or directory)"
+    assert info.value.errno == errno.ENOENT
 
 
 def test_new_run_id_sorts_by_time():

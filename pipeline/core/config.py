@@ -13,7 +13,7 @@ from numbers import Integral
 
 from hmdspt.core import strategies
 from hmdspt.core.merge import COMPRESSION_METHODS
-from hmdspt.core.paths import check_folder_path
+from hmdspt.core.paths import check_folder_writable
 from hmdspt.core.rounds import MAX_LOCAL_STEPS, SYNC_BUDGET
 
 __all__ = ["COMPRESSION_MODES", "TrainerConfig"]
@@ -204,4 +204,4 @@ class TrainerConfig:
         if self.resume and not self.checkpoint_dir:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
         if self.checkpoint_dir:  # before any work, not at the first save
-            check_folder_path(self.checkpoint_dir, "checkpoint_dir")
+            check_folder_writable(self.checkpoint_dir, "checkpoint_dir")

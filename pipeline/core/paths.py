@@ -7,9 +7,10 @@ first written, after the cluster has started, the data has been read or every ru
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
-__all__ = ["check_file_path", "check_folder_path"]
+__all__ = ["check_file_path", "check_folder_path", "check_folder_writable"]
 
 
 def _nearest_existing(path: Path) -> Path | None:
@@ -50,6 +51,38 @@ def check_folder_path(path: str | os.PathLike, what: str) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} {path}: it is a file, not a folder")
     _check_parents(path, what)
+
+
+def check_folder_writable(path: str | os.PathLike, what: str) -> None:
+    """Fail with one line, naming ``what``, when files cannot be written in a folder at
+    ``path``; nothing is left behind.
+
+    The folders missing on the way are made, a file is written in the last and removed,
+    and the folders this made are removed again: only trying tells, for a read-only or
+    virtual file system (``/proc``) or a folder the user may not write in.
+
+    Raises
+    ------
+    ValueError
+        When ``path`` or one of its parents is a file, or the folder cannot be made or
+        written in.
+    """
+    path = Path(path)
+    check_folder_path(path, what)
+    missing = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ValueError(f"{what} {path}: cannot write there ({reason})") from None
+    finally:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # not made here, or no longer empty: not ours to remove
 
 
 def _check_parents(path: Path, what: str) -> None:

@@ -201,12 +201,17 @@ class RunLogWriter:
         self.events_written = 0
         self._stopped: OSError | None = None
         self._check_file_path(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # Dask callbacks (worker_lost, ...) may log from another thread than the round loop.
         self._lock = threading.Lock()
-        # Unbuffered: a failed write leaves no bytes in a buffer that close() would flush
-        # after the cut (see _write_bytes).
-        self._file = open(self.path, "ab", buffering=0)  # closed by close() / __exit__
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Unbuffered: a failed write leaves no bytes in a buffer that close() would
+            # flush after the cut (see _write_bytes).
+            self._file = open(self.path, "ab", buffering=0)  # closed by close() / __exit__
+        except OSError as exc:  # named as the parameter, the errno's type kept
+            named = type(exc)(f"run_log {self.path}: cannot write it ({exc.strerror or exc})")
+            named.errno = exc.errno
+            raise named from None
         # A writer that died mid-event left a fragment without a newline. End it, so our
         # first event starts on a line of its own; readers skip the fragment as invalid.
         size = os.fstat(self._file.fileno()).st_size
