@@ -961,6 +961,7 @@ def _check_options(args: argparse.Namespace) -> None:
         check_folder_writable(args.run_dir, "--run-dir")
     if getattr(args, "chart", None):  # not after every comparison has run
         check_file_path(args.chart, "--chart")
+        check_folder_writable(Path(args.chart).parent, "--chart's folder")
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:

@@ -209,18 +209,26 @@ def test_a_file_in_an_output_paths_way_fails_before_any_work(
     assert err.strip() == f"hmdspt: error: {where}: {blocker} is a file, not a folder"
 
 
-@pytest.mark.parametrize("command", ["train", "compare"])
-def test_a_run_dir_that_cannot_be_written_fails_before_any_work(tmp_path, capsys, command):
+@pytest.mark.parametrize(
+    "command, option, named",
+    [
+        ("train", "--run-dir", "--run-dir /proc/hmdspt-none/runs"),
+        ("compare", "--run-dir", "--run-dir /proc/hmdspt-none/runs"),
+        ("compare", "--chart", "--chart's folder /proc/hmdspt-none"),
+    ],
+)
+def test_an_output_folder_that_cannot_be_written_fails_before_any_work(
+    capsys, command, option, named
+):
     """A folder no file can be written in (here one under /proc, which refuses new entries
     even to root) ended the command only after the cluster had started and the data had
-    been read, with a bare "[Errno 2] No such file or directory: '/proc/x'"."""
-    run_dir = "/proc/hmdspt-none/runs"
-    code = main([command, "--run-dir", run_dir])
+    been read (a chart's folder: after every comparison had run), with a bare
+    "[Errno 2] No such file or directory: '/proc/x'"."""
+    path = "/proc/hmdspt-none/runs" if option == "--run-dir" else "/proc/hmdspt-none/c.png"
+    code = main([command, option, path])
     out, err = capsys.readouterr()
-    assert code == 1 and out == ""  # no cluster started, no data built
-    assert err.strip() == (
-        f"hmdspt: error: --run-dir {run_dir}: cannot write there (No such file or directory)"
-    )
+    assert code == 1 and out == ""  # no cluster started, no data built, nothing compared
+    assert err.strip() == f"hmdspt: error: {named}: cannot write there (No such file or directory)"
 
 
 @pytest.mark.parametrize(

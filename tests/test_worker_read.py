@@ -174,6 +174,11 @@ def test_what_a_cluster_fit_of_worker_read_data_refuses_is_named(client, files, 
         BPNNClassifier(client=client).fit(str(files / "folder" / "nope-*.parquet"), "label")
     with pytest.raises(ValueError, match="a glob may name parquet files only"):
         BPNNClassifier(client=client).fit(str(files / "*.csv.gz"), "label")
+    # Empty Dask input said "no rows to stage", a word of the library's insides.
+    empty = da.zeros((0, 3), chunks=2)
+    for model in (BPNNClassifier(client=client), BPNNRegressor(client=client)):
+        with pytest.raises(ValueError, match=r"^X has no rows \(0 samples\): nothing to train on$"):
+            model.fit(empty, da.zeros(0, chunks=2))
 
 
 @pytest.mark.parametrize("name", ["gzipped CSV", "parquet folder", "npz", "dask array"])

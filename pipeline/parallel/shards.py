@@ -99,6 +99,9 @@ __all__ = [
     "stage_from",
 ]
 
+#: The one line for an empty source, whichever path stages it.
+NO_ROWS = "X has no rows (0 samples): nothing to train on"
+
 
 # --------------------------------------------------------------------------------------
 # Worker-side tasks (module level so tasks pickle by reference)
@@ -495,7 +498,7 @@ def _stage_memory(
             raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
     n_rows = len(X)
     if n_rows == 0:
-        raise ValueError("no rows to stage")
+        raise ValueError(NO_ROWS)
     n_features = 1 if X.ndim == 1 else X.shape[1]
     counts = _resolve_counts(client, counts, n_rows, skip_lost)
     perm = _permutation(seed, n_rows)
@@ -619,7 +622,7 @@ def _stage_dask(
     if y_lengths is not None and sum(y_lengths) != n_rows:
         raise ValueError(f"X has {n_rows} rows but y has {sum(y_lengths)}")
     if n_rows == 0:
-        raise ValueError("no rows to stage")
+        raise ValueError(NO_ROWS)
     counts = _resolve_counts(client, counts, n_rows, skip_lost)
     perm = client.submit(_permutation, seed, n_rows, pure=False)
     futures: dict[str, Future] = {}
@@ -844,7 +847,7 @@ class DaskReader(SourceReader):
                 f"sample_weight.shape == ({sum(self.w_lengths)},), expected ({self.n_rows},)"
             )
         if self.n_rows == 0:
-            raise ValueError("no rows to stage")
+            raise ValueError(NO_ROWS)
 
     def describe(self) -> str:
         return "dask"
