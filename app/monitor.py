@@ -519,8 +519,9 @@ class RunMonitor(param.Parameterized):
             rows["speed"].append(w["mean_speed"] if w["mean_speed"] is not None else math.nan)
         self.idle_src.data = rows
         fastest = s["fastest_worker"]
+        # Two lines: on one, a long worker name ran past the narrow column's edge.
         self.idle_subtitle.text = (
-            f"fastest {fastest}: idle {_pct(s['fastest_idle_fraction'])}, "
+            f"fastest: {fastest}\nidle {_pct(s['fastest_idle_fraction'])}, "
             f"utilisation {_pct(s['fastest_utilisation'])}"
             if fastest
             else ""
