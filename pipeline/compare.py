@@ -289,13 +289,20 @@ def run_comparison(
     return results, reference.final_accuracy - target_drop
 
 
+def _seconds(x: float) -> str:
+    """Seconds with two decimals below 10 s: with one, a small data set's runs all read
+    0.0-0.5 s and the winner seemed to take no time."""
+    return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+
+
 def _finished_line(result: RunResult) -> str:
     """The line printed as a run ends."""
     rounds = ""
     if result.rounds:
         rounds = f", {counted(result.rounds, 'round')}"
     return (
-        f"{result.name}: done in {result.wall_s:.1f} s ({result.train_s:.1f} s of training), "
+        f"{result.name}: done in {_seconds(result.wall_s)} s "
+        f"({_seconds(result.train_s)} s of training), "
         f"{result.epochs} epoch(s){rounds}, final accuracy {result.final_accuracy:.4f}"
     )
 
@@ -318,7 +325,8 @@ def format_table(results: list[RunResult], target: float) -> str:
             return format(v, fmt) if v is not None else "-"
 
         lines.append(
-            f"{r.name:20s} {r.wall_s:7.1f} {r.train_s:8.1f} {opt(to_target, '12.1f'):>12s} "
+            f"{r.name:20s} {_seconds(r.wall_s):>7s} {_seconds(r.train_s):>8s} "
+            f"{'-' if to_target is None else _seconds(to_target):>12s} "
             f"{opt(None if r.fastest_idle_fraction is None else 100 * r.fastest_idle_fraction, '15.1f'):>15s} "  # noqa: E501
             f"{opt(r.efficiency, '10.2f'):>10s} {r.final_accuracy:10.4f} {r.epochs:7d} "
             f"{opt(r.bytes_per_round, '12,.0f'):>12s}"
@@ -356,7 +364,9 @@ def why_one_process_won(
         )
     else:
         why = "every round adds synchronisation that one process does not pay"
-    lines = [f"why {one.name} won ({one.wall_s:.1f} s against {best.wall_s:.1f} s): {why}"]
+    lines = [
+        f"why {one.name} won ({_seconds(one.wall_s)} s against {_seconds(best.wall_s)} s): {why}"
+    ]
     predicted = [e for e in read_events(best.run_log) if e.get("event") == "prediction"]
     if predicted:
         p = predicted[-1]

@@ -216,7 +216,7 @@ def test_compare_says_why_one_process_won_with_the_fits_own_prediction(tmp_path)
     one = RunResult("bpnn-in-process", 3.0, 3.0, 0.96, [], 8)
     hmdspt = RunResult("hmdspt", 4.5, 4.4, 0.95, [], 8, run_log=str(log))
     lines = why_one_process_won([one, hmdspt], 3, machine_cores=2)
-    assert lines[0].startswith("why bpnn-in-process won (3.0 s against 4.5 s): 3 workers")
+    assert lines[0].startswith("why bpnn-in-process won (3.00 s against 4.50 s): 3 workers")
     assert "this machine's 2 cores" in lines[0]
     assert "speed-up 0.78x over one process on worker-0 alone" in lines[1]
     assert "40 ms of synchronisation in an epoch's one round (predicted)" in lines[1]
@@ -224,6 +224,19 @@ def test_compare_says_why_one_process_won_with_the_fits_own_prediction(tmp_path)
     assert "cores" not in why_one_process_won([one, hmdspt], 3)[0]
     faster = RunResult("hmdspt", 2.0, 2.0, 0.95, [], 8, run_log=str(log))
     assert why_one_process_won([one, faster], 3, machine_cores=2) == []
+
+
+def test_compare_shows_sub_second_runs_to_the_hundredth():
+    """With one decimal, a small data set's in-process run read "0.0" s in every time
+    column, as if it took no time, and ties hid which run was faster."""
+    from hmdspt.compare import RunResult, format_table
+
+    curve = [(0.02, 0.9), (0.043, 0.95)]
+    fast = RunResult("bpnn-in-process", 0.043, 0.041, 0.95, curve, 3)
+    slow = RunResult("hmdspt", 12.34, 11.0, 0.95, [(11.0, 0.95)], 3)
+    rows = {line.split()[0]: line.split()[1:4] for line in format_table([fast, slow], 0.94)
+            .splitlines()[2:]}  # fmt: skip
+    assert rows == {"bpnn-in-process": ["0.04", "0.04", "0.04"], "hmdspt": ["12.3", "11.0", "11.0"]}
 
 
 def test_the_synchronisation_a_round_pays_reads_in_the_singular_for_one_round():
