@@ -1298,6 +1298,12 @@ class _BaseBPNN(BaseEstimator):
         ``model``: another model of the same shape instead of the fitted one."""
         model = self._model if model is None else model
         if check_input:
+            if isinstance(X, (str, os.PathLike)):  # scikit-learn: "got scalar array instead"
+                raise TypeError(
+                    f"predictions take the rows, not a path ({os.fspath(X)}): read the file "
+                    "first, e.g. dask.dataframe.read_parquet(path)[model.feature_names_in_]; "
+                    "fit and score read a path themselves"
+                )
             _check_numeric_columns(X)
             X = validate_data(self, X, accept_sparse=["csr", "csc"], reset=False)
         X = self._to_model_dtype(X, model.dtype)

@@ -559,6 +559,13 @@ def test_score_takes_a_path_as_fit_does(frame, files):
     assert npz == pytest.approx(model.score(features.to_numpy(), labels), abs=1e-9)
     with pytest.raises(ValueError, match="name its label column as y"):
         model.score(files / "rows.parquet", None)
+    # Predictions of a path failed in scikit-learn's check: "Expected 2D array, got scalar
+    # array instead", which does not say that a path is not taken there.
+    regressor = _fit(BPNNRegressor(client=False, **PARAMS), features, frame["f0"])
+    for method in (model.predict, model.predict_proba, model.predict_log_proba, regressor.predict):
+        for path in (files / "rows.parquet", str(files / "rows.csv.gz")):
+            with pytest.raises(TypeError, match=r"^predictions take the rows, not a path \("):
+                method(path)
 
 
 @pytest.mark.parametrize("data", ["folder", "rows.csv.gz"])  # globs: frame_of's test
