@@ -506,7 +506,7 @@ def simulate_run(
         # --- measure (real cost model), then re-balance (the trainer's policy)
         for i in names:
             scorer.update(i, float(rows[i]), float(busy[i]))
-            costs.observe(i, float(rows[i]), float(busy[i]), float(comm[i]))
+            costs.observe(i, float(rows[i]), float(busy[i]), float(comm[i]), wall)
         if rows_schedule is None and (r + 1) % rebalance_every == 0:
             speeds, fixed = costs.epoch_costs(names, rounds_per_epoch, scorer.scores())
             moves = policy.plan(

@@ -124,8 +124,39 @@ def test_rounds_are_added_up_into_windows_of_at_least_min_window_s():
     model.observe("a", 1000, 0.07)
     model.observe("a", 1000, 0.07)
     assert model.workers["a"].n_windows == 1  # 0.35 s is; the sixth round starts the next
-    assert model.workers["a"].window == [1.0, 1000.0, 0.07]
+    assert model.workers["a"].window == [1.0, 1000.0, 0.07, 0.0]
     assert not math.isnan(model.speed("a"))
+
+
+def test_a_window_also_closes_on_the_wall_time_of_its_rounds():
+    """A fast worker busy 7 ms in rounds of 40 ms (digits at 8:2:1) filled no 0.3 s window
+    of busy time in a 23-round fit, and its speed stayed the first rounds' to the end."""
+    model = RoundCostModel(min_window_s=0.3)
+    for _ in range(7):
+        model.observe("fast", 700, 0.007, 0.005, 0.04)
+    assert model.workers["fast"].n_windows == 0  # 0.28 s of rounds
+    model.observe("fast", 700, 0.007, 0.005, 0.04)
+    assert model.workers["fast"].n_windows == 1  # 0.32 s of rounds, 0.056 s busy
+    assert model.speed("fast") == pytest.approx(100_000)
+    # A wall time shorter than the busy time (clocks of two machines) counts as the busy.
+    model.observe("b", 1000, 0.35, None, 0.01)
+    assert model.workers["b"].n_windows == 1
+
+
+def test_a_provisional_speed_gives_way_to_the_first_window_of_rounds():
+    """An unprobed fit seeds each worker with its first rounds' rows / busy seconds. On
+    digits at 8:2:1 those read 3,886 rows/s for a worker whose rounds then did 8,400: the
+    first window, 2.2x off, was held back as a candidate change of speed, and the plans
+    kept the stand-in for 21 of the fit's 23 rounds."""
+    model = RoundCostModel(min_window_s=0.3)
+    model.observe_probe("a", 3886, 1.0, provisional=True)
+    model.observe_probe("b", 3886, 1.0)  # a real probe: a window 2.2x off is held back
+    for worker in ("a", "b"):
+        for _ in range(12):
+            model.observe(worker, 222, 0.0264)  # 8,409 rows/s
+    assert model.speed("a") == pytest.approx(222 / 0.0264)
+    assert model.speed("b") == pytest.approx(3886)
+    assert model.workers["b"].shifted  # held back until the next window says
 
 
 def test_speed_uncertainty_shrinks_with_consistent_windows_and_grows_with_noise():

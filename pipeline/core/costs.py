@@ -134,7 +134,7 @@ class WorkerCost:
     n_eff : float
         Weighted number of windows (each window counts 1, then fades).
     window : list of float
-        The window being filled: rounds, rows, busy seconds.
+        The window being filled: rounds, rows, busy seconds, wall seconds of its rounds.
     comm_s : float
         Exponentially weighted communication seconds per round (nan before any).
     n_windows : int
@@ -147,18 +147,22 @@ class WorkerCost:
     least_busy_s : float
         The shortest busy time of any one round observed: no cost paid in every round can
         be longer (inf before a round).
+    provisional : bool
+        The fit holds only a stand-in speed (the first rounds' rows over busy seconds, for
+        a fit that was not probed), which the first window of rounds replaces.
     """
 
     xtx: np.ndarray = field(default_factory=lambda: np.zeros((2, 2)))
     xty: np.ndarray = field(default_factory=lambda: np.zeros(2))
     rel_var: float = 0.0
     n_eff: float = 0.0
-    window: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    window: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     comm_s: float = math.nan
     n_windows: int = 0
     round_sizes: list[float] = field(default_factory=lambda: [math.inf, 0.0])
     shifted: list[tuple[float, float, float, int]] = field(default_factory=list)
     least_busy_s: float = math.inf
+    provisional: bool = False
 
 
 class RoundCostModel:
@@ -246,15 +250,36 @@ class RoundCostModel:
         """Forget ``worker`` (lost or retired); unknown workers are ignored."""
         self.workers.pop(worker, None)
 
-    def observe_probe(self, worker: Hashable, rows: float, busy_s: float) -> None:
-        """Fold in a probe: ``rows`` computed in ``busy_s`` with no per-round cost."""
+    def observe_probe(
+        self, worker: Hashable, rows: float, busy_s: float, *, provisional: bool = False
+    ) -> None:
+        """Fold in a probe: ``rows`` computed in ``busy_s`` with no per-round cost.
+
+        ``provisional``: a stand-in until rounds measure the worker (the first rounds'
+        speed of a fit that was not probed: a round of a few milliseconds, its start-up
+        included, read 2x off the speed the later rounds measured on digits). The first
+        window of rounds then replaces it instead of being held back as a change of speed.
+        """
         if rows > 0 and busy_s > 0 and math.isfinite(rows) and math.isfinite(busy_s):
-            self._fit(self._cost(worker), 0.0, float(rows), float(busy_s))
+            cost = self._cost(worker)
+            self._fit(cost, 0.0, float(rows), float(busy_s))
+            cost.provisional = provisional and cost.n_windows == 1
 
     def observe(
-        self, worker: Hashable, rows: float, busy_s: float, comm_s: float | None = None
+        self,
+        worker: Hashable,
+        rows: float,
+        busy_s: float,
+        comm_s: float | None = None,
+        wall_s: float | None = None,
     ) -> None:
-        """Fold in one round: ``rows`` computed in ``busy_s``, ``comm_s`` communicating.
+        """Fold in one round: ``rows`` computed in ``busy_s``, ``comm_s`` communicating,
+        in a round that lasted ``wall_s``.
+
+        A window closes once its busy time, or the wall time of its rounds, reaches
+        ``min_window_s``: either spans several periods of the OS's scheduler for this
+        worker. By busy time alone, a fast worker busy a few milliseconds a round (digits)
+        never closed one in a whole fit and kept its first speed to the end.
 
         A round with no busy time or non-finite numbers carries nothing and is ignored; a
         round with no rows still measures the fixed cost.
@@ -273,7 +298,9 @@ class RoundCostModel:
         window[0] += 1.0
         window[1] += float(rows)
         window[2] += float(busy_s)
-        if window[2] >= self.min_window_s:
+        if wall_s is not None and math.isfinite(wall_s):
+            window[3] += max(float(wall_s), float(busy_s))
+        if max(window[2], window[3]) >= self.min_window_s:
             self._close(worker, cost)
 
     def _close(self, worker: Hashable, cost: WorkerCost) -> None:
@@ -282,7 +309,12 @@ class RoundCostModel:
         window, the first one wholly at the new pace) or not (then it was an outlier, a
         hiccup of the machine, and is dropped: in a fit of the slope one outlier at a
         share size would read as a change of slope)."""
-        window, cost.window = cost.window, [0.0, 0.0, 0.0]
+        window, cost.window = cost.window[:3], [0.0, 0.0, 0.0, 0.0]
+        if cost.provisional:  # the stand-in speed gives way to the first measurement
+            fresh = WorkerCost(comm_s=cost.comm_s, least_busy_s=cost.least_busy_s)
+            self.workers[worker] = fresh
+            self._fit(fresh, *window)
+            return
         side = self._side(cost, *window)
         if not side or (cost.shifted and cost.shifted[-1][3] != side):
             cost.shifted = []

@@ -177,10 +177,11 @@ class Placement:
 
     def _seed_costs_from_first_rounds(self, members: list[str]) -> None:
         """A fit that skipped the probe: the first rounds' speeds stand in for it in the
-        cost model, as a probe's would (:meth:`measure_speeds`).
+        cost model, as a probe's would (:meth:`measure_speeds`), until the first window
+        of rounds replaces them (provisional).
 
-        Until a worker's rounds fill a cost window (``cost_window_s`` of busy time) the
-        plans would otherwise take the online scorer's speed of every round: on digits
+        Until a worker's rounds fill a cost window (``cost_window_s`` of busy or wall
+        time) the plans would otherwise take the online scorer's speed of every round: on digits
         (rounds of milliseconds) those swung 2x from round to round and an unprobed fit
         re-balanced after almost every epoch, each move costing more than its rounds.
         """
@@ -189,7 +190,7 @@ class Placement:
             if t.scorer.is_measured(addr) and not (
                 addr in t.costs.workers and t.costs.is_measured(addr)
             ):
-                t.costs.observe_probe(addr, t.scorer.score(addr), 1.0)
+                t.costs.observe_probe(addr, t.scorer.score(addr), 1.0, provisional=True)
 
     def _log_online_scores(self, members: list[str], speeds: dict, fixed: dict) -> None:
         """Write the speeds a plan used, with their fixed costs, to the run log."""

@@ -148,7 +148,7 @@ class RoundRunner:
             }
             if res["rows"]:
                 t.scorer.update(addr, res["rows"], busy)
-            t.costs.observe(addr, res["rows"], busy, comm)
+            t.costs.observe(addr, res["rows"], busy, comm, wall)
         if t.config.record_row_ids:
             seen = t.rows_seen.setdefault(epoch, np.zeros(t.n_rows, dtype=np.int64))
             for res in results.values():
