@@ -7,9 +7,10 @@ its run log into a folder. Then serves ``app/monitor.py`` on that folder, opens 
 headless Chromium and saves the HMDSPT run's dashboard (``--out``) and the Compare tab
 (HMDSPT against equal shares, ``<out>-compare.png``). Both runs take the same number of
 epochs, so the comparison is like for like; with the defaults HMDSPT trains ~10 s and the
-baseline ~20 s on a 2-core machine.
+baseline ~20 s on a 2-core machine (37 s and 70 s on one about 2.2x slower per core,
+2026-12-05).
 
-Run from the repository root (needs /usr/bin/chromium; ~1 min)::
+Run from the repository root (needs /usr/bin/chromium; 1-2 min)::
 
     python scripts/make_screenshot.py [--out docs/monitor.png] [--keep runs/screenshot]
     python scripts/make_screenshot.py --runs runs/     # photograph existing logs instead
