@@ -128,19 +128,25 @@ def test_rounds_are_added_up_into_windows_of_at_least_min_window_s():
     assert not math.isnan(model.speed("a"))
 
 
-def test_a_window_also_closes_on_the_wall_time_of_its_rounds():
+def test_the_window_after_a_provisional_seed_also_closes_on_its_rounds_wall_time():
     """A fast worker busy 7 ms in rounds of 40 ms (digits at 8:2:1) filled no 0.3 s window
-    of busy time in a 23-round fit, and its speed stayed the first rounds' to the end."""
+    of busy time in a 23-round fit, and its seed stayed to the end. Only that first window
+    closes by wall time: a later one could hold short rounds that a quota-throttled worker
+    ran in one burst, at full speed."""
     model = RoundCostModel(min_window_s=0.3)
-    for _ in range(7):
-        model.observe("fast", 700, 0.007, 0.005, 0.04)
-    assert model.workers["fast"].n_windows == 0  # 0.28 s of rounds
-    model.observe("fast", 700, 0.007, 0.005, 0.04)
-    assert model.workers["fast"].n_windows == 1  # 0.32 s of rounds, 0.056 s busy
+    model.observe_probe("fast", 30_000, 1.0, provisional=True)
+    model.observe_probe("probed", 100_000, 1.0)
+    for worker in ("fast", "probed"):
+        for _ in range(7):
+            model.observe(worker, 700, 0.007, 0.005, 0.04)
+        assert model.workers[worker].n_windows == 1  # the seed: 0.28 s of rounds so far
+        model.observe(worker, 700, 0.007, 0.005, 0.04)
+    assert model.workers["fast"].n_windows == 1  # 0.32 s of rounds: the seed replaced
     assert model.speed("fast") == pytest.approx(100_000)
-    # A wall time shorter than the busy time (clocks of two machines) counts as the busy.
-    model.observe("b", 1000, 0.35, None, 0.01)
-    assert model.workers["b"].n_windows == 1
+    assert model.workers["probed"].n_windows == 1  # 0.056 s busy: still filling
+    for _ in range(8):  # after the seed's window, by busy time again
+        model.observe("fast", 700, 0.007, 0.005, 0.04)
+    assert model.workers["fast"].n_windows == 1
 
 
 def test_a_provisional_speed_gives_way_to_the_first_window_of_rounds():
