@@ -521,10 +521,11 @@ def test_a_change_of_speed_restarts_the_estimate_after_two_rounds():
 
 def test_a_fit_that_skipped_the_probe_does_not_chase_the_noise_of_short_rounds(emulated, tmp_path):
     """Its first rounds' speeds stand in for the probe in the cost model: the rows move
-    once, after the first round, and stay until a worker's rounds fill a cost window. The
-    online scorer's speed of every round, which the plans took before, swung 2x between
-    rounds of milliseconds and moved rows after almost every epoch (6.5 re-balances a fit
-    on emulated digits, ``benchmarks/bench_probe_rule.py``)."""
+    after the first round, and at most once more, when the workers' first windows of rounds
+    replace those stand-ins (about 0.3 s of rounds, together: their rounds' wall time is
+    one). The online scorer's speed of every round, which the plans took before, swung 2x
+    between rounds of milliseconds and moved rows after almost every epoch (6.5 re-balances
+    a fit on emulated digits, ``benchmarks/bench_probe_rule.py``)."""
     from sklearn.datasets import load_digits
 
     from hmdspt import BPNNClassifier
@@ -548,4 +549,4 @@ def test_a_fit_that_skipped_the_probe_does_not_chase_the_noise_of_short_rounds(e
     events = read_events(log)
     partitions = [e for e in events if e["event"] == "partition"]
     assert "unprobed" in partitions[0]
-    assert len(partitions) <= 2, [p["round"] for p in partitions]
+    assert len(partitions) <= 3, [p["round"] for p in partitions]
