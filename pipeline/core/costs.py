@@ -300,10 +300,8 @@ class RoundCostModel:
         window[2] += float(busy_s)
         if wall_s is not None and math.isfinite(wall_s):
             window[3] += max(float(wall_s), float(busy_s))
-        # By wall time only to replace a provisional seed: a later window closed by wall
-        # time could hold short rounds a quota-throttled worker ran in one burst, at full
-        # speed (on the testbed's embedded default one moved 12,674 rows to a 0.25-core
-        # worker in the last epoch).
+        # By wall time only to replace a provisional seed: a later such window could hold
+        # short rounds a quota-throttled worker ran in one burst (docs/design.md).
         by_wall = cost.provisional and window[3] >= self.min_window_s
         if window[2] >= self.min_window_s or by_wall:
             self._close(worker, cost)
