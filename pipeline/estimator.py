@@ -180,6 +180,35 @@ def _aligned_labels(y, X):
     return labels.rechunk({0: rows.chunks[0]})
 
 
+def _checked_by_block(values, check):
+    """Dask ``values`` whose blocks are passed, as they are computed, to ``check(block,
+    rows)`` (``rows`` their row numbers), which raises on a bad one: a lazy score counted a
+    missing label as a wrong answer, or came to NaN on a NaN target, naming no row."""
+
+    def checked(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        start = block_info[0]["array-location"][0][0] if block_info else 0
+        check(block, np.arange(start, start + len(block)))
+        return block
+
+    return values.map_blocks(checked, dtype=values.dtype)
+
+
+def _refuse_missing_labels_of_block(labels: np.ndarray, rows: np.ndarray) -> None:
+    from hmdspt.parallel.readers import check_labels_present
+
+    check_labels_present(labels, rows, None, whole=False, numeric=True)
+
+
+def _refuse_non_finite_targets_of_block(targets: np.ndarray, rows: np.ndarray) -> None:
+    from hmdspt.parallel.readers import non_finite_error
+
+    bad = ~np.isfinite(targets.reshape(len(targets), -1))
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        value = float(targets.reshape(len(targets), -1)[row, column])
+        raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
+
+
 def _lazy_mean(values, sample_weight=None):
     """(Weighted) mean over the rows of a Dask array, lazily; per column for 2-D."""
     if sample_weight is None:
@@ -1671,11 +1700,13 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         if _is_lazy(X):
             # A float, as scikit-learn's scorers require (cross_val_score, GridSearchCV).
             return float(self._lazy_score(self.predict(X), y, X, sample_weight))
+        _refuse_missing_labels(y)  # scikit-learn's accuracy fails on one unnamed
         return super().score(X, y, sample_weight=sample_weight)
 
     def _lazy_score(self, y_pred, y, X, sample_weight=None):
         """Accuracy of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
-        hits = y_pred == _aligned_labels(y, X)
+        labels = _checked_by_block(_aligned_labels(y, X), _refuse_missing_labels_of_block)
+        hits = y_pred == labels
         if hits.ndim == 2:  # multilabel: a row is right when all its labels are
             hits = hits.all(axis=1)
         return _lazy_mean(hits, sample_weight)
@@ -2068,7 +2099,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
 
     def _lazy_score(self, y_pred, y, X, sample_weight=None):
         """R^2 of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
-        y_true = _aligned_labels(y, X).astype(np.float64)
+        y_true = _checked_by_block(
+            _aligned_labels(y, X).astype(np.float64), _refuse_non_finite_targets_of_block
+        )
         y_pred = y_pred.astype(np.float64).reshape(y_true.shape)
         residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
         spread = _lazy_mean((y_true - _lazy_mean(y_true, sample_weight)) ** 2, sample_weight)

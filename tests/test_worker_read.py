@@ -397,6 +397,46 @@ def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame,
     assert accuracy > 0.7
 
 
+@pytest.mark.parametrize("kind", ["numpy", "dask array", "dask Series"])
+def test_score_names_a_missing_label_as_fit_does(client, frame, kind):
+    """A missing label (None) among the labels a model is scored on is one line naming its
+    row, as in fit: scikit-learn's own score fails on it with "'<' not supported between
+    instances of 'NoneType' and 'str'", and the lazy score counted it as a wrong answer
+    (Dask arrays) or failed on the workers with "boolean value of NA is ambiguous"."""
+    features = frame.drop(columns="label")
+    model = _fit(
+        BPNNClassifier((8,), max_iter=2, random_state=0, client=False), features, frame["label"]
+    )
+    labels = frame["label"].to_numpy(dtype=object)
+    labels[4321] = None
+    X, y = features.to_numpy(), labels
+    if kind == "dask array":
+        X, y = da.from_array(X, chunks=1500), da.from_array(labels, chunks=1500)
+    elif kind == "dask Series":
+        X, y = (
+            dd.from_pandas(features, npartitions=4),
+            dd.from_pandas(pd.Series(labels), npartitions=4),
+        )
+    where = "e.g." if kind != "numpy" else "first"
+    with pytest.raises(
+        DataError, match=rf"^y has a missing label \(None, NaN or NA\), {where} at row 4321;"
+    ):
+        model.score(X, y)
+
+
+def test_a_lazy_r2_names_a_nan_target_where_it_came_to_nan(client, frame):
+    """A NaN among Dask targets made the lazy R^2 NaN, naming nothing (scikit-learn's own
+    score raises "Input contains NaN" on one in memory)."""
+    X = frame.drop(columns="label").to_numpy()
+    targets = X[:, 0] + 2 * X[:, 1]
+    model = _fit(
+        BPNNRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0, client=False), X, targets
+    )
+    targets[4321] = np.nan
+    with pytest.raises(DataError, match=r"^y has NaN/infinite value\(s\), e.g. a NaN at row 4321;"):
+        model.score(da.from_array(X, chunks=1500), da.from_array(targets, chunks=1500))
+
+
 def test_predictions_on_dask_input_are_lazy_and_scores_floats_and_match_numpy(client, frame):
     """Predictions stay lazy (Dask arrays, as dask-ml's); a score is a float computed on the
     workers, as scikit-learn's scorers need (cross_val_score on Dask input raised 'scoring

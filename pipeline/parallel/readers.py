@@ -173,14 +173,16 @@ def missing_label_error(source: str | None, row: int, whole: bool = True) -> Dat
 
 
 def non_finite_error(
-    source: str, found: tuple[int, int, float], whole: bool, part: str = "X"
+    source: str | None, found: tuple[int, int, float], whole: bool, part: str = "X"
 ) -> DataError:
-    """The error for the value :func:`first_non_finite` found in ``part`` (X or y)."""
+    """The error for the value :func:`first_non_finite` found in ``part`` (X or y);
+    ``source`` None: values given in memory or as Dask collections."""
     row, col, value = found
     kind = "a NaN" if np.isnan(value) else "an infinite value"
     where = f"row {row}, column {col}" if part == "X" else f"row {row}"
+    origin = f"{source}: " if source else ""
     return DataError(
-        f"{source}: {part} has NaN/infinite value(s), {'first' if whole else 'e.g.'} {kind} "
+        f"{origin}{part} has NaN/infinite value(s), {'first' if whole else 'e.g.'} {kind} "
         f"at {where}; drop or impute them first"
     )
 
