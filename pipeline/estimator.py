@@ -362,7 +362,7 @@ def _persisted(client, parts: list) -> list:
     from hmdspt.parallel.sources import known_rows
 
     lazy = [p for p in parts if p is not None]
-    kept = iter(client.persist(lazy) if lazy else [])
+    kept = iter(client.persist(lazy, optimize_graph=False) if lazy else [])  # as staging
     parts = [None if p is None else next(kept) for p in parts]
     return [None if p is None else known_rows(client, p) for p in parts]
 
@@ -699,7 +699,8 @@ class _BaseBPNN(BaseEstimator):
 
             # Weights the driver holds already: cut into blocks the workers take rows of.
             sample_weight = da.from_array(np.asarray(sample_weight, dtype=np.float64))
-        if sample_weight is not None and client.compute((sample_weight < 0).any()).result():
+        negative = None if sample_weight is None else (sample_weight < 0).any()
+        if negative is not None and client.compute(negative, optimize_graph=False).result():
             # Checked on the workers before any row is read: one bool reaches the driver.
             raise ValueError("Negative values in data passed to `sample_weight`.")
         hidden = self._hidden_sizes()
@@ -1350,7 +1351,11 @@ class _BaseBPNN(BaseEstimator):
             y_pred = self._lazy_predictions(X, self._model if model is None else model)
             score = self._lazy_score(y_pred, y, X, sample_weight)
             client = getattr(self, "_score_client", None)
-            value = score.compute() if client is None else client.compute(score).result()
+            value = (
+                score.compute()
+                if client is None
+                else client.compute(score, optimize_graph=False).result()
+            )
             return float(value)
         y_pred = self._predict(X, check_input=False, model=model)
         if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():

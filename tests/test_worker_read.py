@@ -7,6 +7,7 @@ logic; the driver-memory measurement on process workers is ``benchmarks/bench_dr
 from __future__ import annotations
 
 import gc
+import logging
 import re
 import threading
 import time
@@ -422,6 +423,40 @@ def test_score_names_a_missing_label_as_fit_does(client, frame, kind):
         DataError, match=rf"^y has a missing label \(None, NaN or NA\), {where} at row 4321;"
     ):
         model.score(X, y)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warning(client):
+    """X, y and the weights masked by one mask (rows of unknown count, as ``X[X[:, 0] > 0]``)
+    share the mask's keys. Each call that computed one of them fused those keys into other
+    tasks, and the scheduler warned "Detected different `run_spec` for key ... This can cause
+    failures and deadlocks" several times a fit (dask/dask#9888)."""
+    rng = np.random.default_rng(0)
+    X = da.from_array(rng.random((3000, 6)), chunks=500)
+    y = (X[:, 0] * 3).astype(int)
+    weights = da.from_array(rng.random(3000), chunks=500)
+    mask = X[:, 1] > 0.1
+    records = _Records()
+    logger = logging.getLogger("distributed.scheduler")
+    logger.addHandler(records)
+    try:
+        model = BPNNClassifier((8,), max_iter=3, early_stopping=True, random_state=0, client=client)
+        _fit(model, X[mask], y[mask], sample_weight=weights[mask])
+        _fit(
+            model.set_params(early_stopping=False), X[mask], y[mask], eval_set=(X[~mask], y[~mask])
+        )
+        assert 0 <= model.score(X[mask], y[mask], sample_weight=weights[mask]) <= 1
+    finally:
+        logger.removeHandler(records)
+    assert not [m for m in records.messages if "run_spec" in m], records.messages[:1]
 
 
 def test_a_lazy_r2_names_a_nan_target_where_it_came_to_nan(client, frame):

@@ -922,7 +922,10 @@ def _delayed_blocks(obj: Any) -> list[Any]:
     if hasattr(obj, "chunks"):  # dask array: one block per row chunk
         if obj.ndim == 2 and len(obj.chunks[1]) > 1:
             obj = obj.rechunk({1: -1})
-        return list(obj.to_delayed().ravel())
+        # Unoptimised, so that each key keeps one task in every call: X and y masked by
+        # one mask share its keys, which each call's fusion made into other tasks (the
+        # scheduler's "Detected different `run_spec` for key", dask/dask#9888).
+        return list(obj.to_delayed(optimize_graph=False).ravel())
     # A data frame's to_delayed makes a new collection, which warns (once a process) that
     # annotations, here the fit's span, are ignored with query planning: taken outside them.
     with _no_annotations():
