@@ -62,6 +62,9 @@ def files(tmp_path_factory):
     (d / "folder.csv").mkdir()
     (d / "csv_folder").mkdir()
     csv("csv_folder/part-0.csv", frame)
+    (d / "mixed_types").mkdir()  # a column numeric in the first file, text in the second
+    frame.iloc[:30].to_parquet(d / "mixed_types" / "part-0.parquet")
+    frame.iloc[30:].assign(b="red").to_parquet(d / "mixed_types" / "part-1.parquet")
     return d
 
 
@@ -85,6 +88,12 @@ CASES = [
     ("garbage.csv", ["--target", "label"], "cannot read"),
     ("folder.csv", ["--target", "label"], "not a file"),
     ("csv_folder", ["--target", "label"], "a folder is read as parquet files, and "),
+    # The folder's schema is its first file's: the second file's text column is named.
+    (
+        "mixed_types",
+        ["--target", "label"],
+        "mixed_types/part-1.parquet: ['b']; encode or drop these columns first",
+    ),
     ("missing.npz", [], "data file not found"),
     ("missing.csv", [], "data file not found"),  # before --target: the file is the first fix
     ("continuous.csv", ["--target", "label"], "Unknown label type: continuous. Maybe you are"),

@@ -578,7 +578,15 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
         )
 
     _check_numeric({c: numeric(schema.field(c).type) for c in features}, path, target is not None)
-    n_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    n_rows = 0
+    for file in files:
+        footer = pq.ParquetFile(file)
+        n_rows += footer.metadata.num_rows
+        # The dataset's schema is its first file's: a column text in another file failed
+        # on the workers, mid-read, with "unsupported operand type(s) for +".
+        types = footer.schema_arrow
+        kinds = {c: numeric(types.field(c).type) for c in features if c in types.names}
+        _check_numeric(kinds, file, target is not None)
     return {"files": files, "features": features, "n_rows": n_rows}
 
 
