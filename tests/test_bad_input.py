@@ -65,6 +65,9 @@ def files(tmp_path_factory):
     (d / "mixed_types").mkdir()  # a column numeric in the first file, text in the second
     frame.iloc[:30].to_parquet(d / "mixed_types" / "part-0.parquet")
     frame.iloc[30:].assign(b="red").to_parquet(d / "mixed_types" / "part-1.parquet")
+    (d / "missing_column").mkdir()  # the second file lacks a column the first has
+    frame.iloc[:30].to_parquet(d / "missing_column" / "part-0.parquet")
+    frame.iloc[30:].drop(columns="b").to_parquet(d / "missing_column" / "part-1.parquet")
     return d
 
 
@@ -93,6 +96,11 @@ CASES = [
         "mixed_types",
         ["--target", "label"],
         "mixed_types/part-1.parquet: ['b']; encode or drop these columns first",
+    ),
+    (
+        "missing_column",
+        ["--target", "label"],
+        "missing_column/part-1.parquet: column(s) ['b'] missing, which ",
     ),
     ("missing.npz", [], "data file not found"),
     ("missing.csv", [], "data file not found"),  # before --target: the file is the first fix

@@ -583,10 +583,18 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
         footer = pq.ParquetFile(file)
         n_rows += footer.metadata.num_rows
         # The dataset's schema is its first file's: a column text in another file failed
-        # on the workers, mid-read, with "unsupported operand type(s) for +".
+        # on the workers, mid-read, with "unsupported operand type(s) for +", and one
+        # missing there with "No match for FieldRef.Name(b)" (in-process, a traceback).
         types = footer.schema_arrow
-        kinds = {c: numeric(types.field(c).type) for c in features if c in types.names}
-        _check_numeric(kinds, file, target is not None)
+        absent = [c for c in columns if c not in types.names]
+        if absent:
+            raise ValueError(
+                f"{file}: column(s) {absent} missing, which {files[0]} has; give every file "
+                "of a folder the same columns"
+            )
+        _check_numeric(
+            {c: numeric(types.field(c).type) for c in features}, file, target is not None
+        )
     return {"files": files, "features": features, "n_rows": n_rows}
 
 
