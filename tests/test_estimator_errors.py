@@ -88,7 +88,9 @@ def test_an_in_process_resume_refuses_a_cluster_checkpoint(data, tmp_path):
         {"params": np.zeros(fingerprint["n_params"], np.float32)},
         {"round_index": 4, "epoch": 1, "epoch_complete": True, "fingerprint": fingerprint},
     )
-    with pytest.raises(CheckpointError, match="fit: checkpoint has None") as excinfo:
+    with pytest.raises(
+        CheckpointError, match="the checkpoint's fit ran on a cluster, this one runs in-process"
+    ) as excinfo:
         BPNNClassifier((4,), max_iter=2, checkpoint_dir=tmp_path, resume=True).fit(X, y)
     _one_line(excinfo)
 
@@ -103,7 +105,9 @@ def test_a_cluster_resume_refuses_an_in_process_checkpoint(data, tmp_path):
         Client(cluster) as client,
     ):
         clf = BPNNClassifier((4,), max_iter=2, client=client, checkpoint_dir=tmp_path, resume=True)
-        with pytest.raises(CheckpointError, match="fit: checkpoint has 'in-process'") as excinfo:
+        with pytest.raises(
+            CheckpointError, match="the checkpoint's fit ran in-process, this one runs on a cluster"
+        ) as excinfo:
             clf.fit(X, y)
     _one_line(excinfo)
 

@@ -284,6 +284,16 @@ def model_fingerprint(model: Any, solver: str | None) -> dict[str, Any]:
     }
 
 
+def _difference(key: str, saved: Any, current: Any) -> str:
+    if key == "fit":  # only an in-process fit's fingerprint has it ("fit: ... None" before)
+        ran = {True: "in-process", False: "on a cluster"}
+        return (
+            f"the checkpoint's fit ran {ran[saved == 'in-process']}, "
+            f"this one runs {ran[current == 'in-process']}"
+        )
+    return f"{key}: checkpoint has {saved!r}, this fit has {current!r}"
+
+
 def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """Refuse to resume into a model of another shape.
 
@@ -299,7 +309,7 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> N
         Naming every field that differs.
     """
     diffs = [
-        f"{key}: checkpoint has {saved.get(key)!r}, this fit has {current.get(key)!r}"
+        _difference(key, saved.get(key), current.get(key))
         for key in sorted(set(saved) | set(current))
         if saved.get(key) != current.get(key)
     ]
