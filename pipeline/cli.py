@@ -83,6 +83,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _StoreCluster(argparse.Action):
+    """Store a flag that only a fit on a cluster reads, and remember that it was given
+    (its default cannot tell): ``--in-process`` refuses it rather than ignore it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.cluster_flags = [*getattr(namespace, "cluster_flags", []), option_string]
+
+
 def _rounds_per_epoch(text: str) -> int | str:
     if text == "auto":
         return text
@@ -801,6 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--sync",
         choices=tuple(SYNC_STRATEGIES),
+        action=_StoreCluster,
         default=trainer_default["sync"],
         help="synchronisation: hmdspt (step-normalised delta merge with block momentum), "
         "local (plain delta averaging) or bsp (one merged gradient step per global "
@@ -809,12 +819,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--partition",
         choices=tuple(PARTITION_POLICIES),
+        action=_StoreCluster,
         default=trainer_default["partition"],
         help="rows per worker: proportional to its measured speed, or equal (default: %(default)s)",
     )
     train.add_argument(
         "--rounds-per-epoch",
         type=_rounds_per_epoch,
+        action=_StoreCluster,
         default=trainer_default["rounds_per_epoch"],
         help="synchronisation rounds an epoch is split into, or auto: as many as keep each "
         "round's measured overhead within 5 %% of it; ignored by --sync bsp "
@@ -945,10 +957,13 @@ def _check_options(args: argparse.Namespace) -> None:
     if scheduler and pools:
         raise UsageError("give either --scheduler or --cluster/--cluster-config")
     given_speeds = getattr(args, "speeds", None) is not None
-    if getattr(args, "in_process", False) and (given_speeds or scheduler or kind or pools):
+    cluster_flags = getattr(args, "cluster_flags", [])  # --sync, --partition, --rounds-...
+    if getattr(args, "in_process", False) and (
+        given_speeds or scheduler or kind or pools or cluster_flags
+    ):
         raise UsageError(
-            "--in-process trains without a cluster: give no --speeds, --scheduler, --cluster "
-            "or --cluster-config"
+            "--in-process trains without a cluster: give no --speeds, --scheduler, --cluster, "
+            "--cluster-config, --sync, --partition or --rounds-per-epoch"
         )
     if given_speeds and (scheduler or pools):
         raise UsageError(

@@ -254,6 +254,10 @@ def test_an_output_folder_that_cannot_be_written_fails_before_any_work(
         (["--in-process", "--speeds", "2,1"], "--in-process trains without a cluster"),
         (["--in-process", "--scheduler", "tcp://127.0.0.1:1"], "--in-process trains without"),
         (["--in-process", "--cluster", "local"], "--in-process trains without a cluster"),
+        # How workers synchronise and share rows: an in-process fit has none to (it ignored them).
+        (["--in-process", "--sync", "bsp"], "--in-process trains without a cluster"),
+        (["--in-process", "--partition", "equal"], "--in-process trains without a cluster"),
+        (["--in-process", "--rounds-per-epoch", "3"], "--in-process trains without a cluster"),
         (["--speeds", "2,1", "--scheduler", "tcp://127.0.0.1:1"], "--speeds sets an emulated"),
         (["--speeds", "2,1", "--cluster", "slurm"], "--speeds sets an emulated local cluster"),
     ],
