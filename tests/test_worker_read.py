@@ -448,7 +448,7 @@ def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warni
     logger = logging.getLogger("distributed.scheduler")
     logger.addHandler(records)
     try:
-        model = BPNNClassifier((8,), max_iter=3, early_stopping=True, random_state=0, client=client)
+        model = BPNNClassifier((8,), max_iter=2, early_stopping=True, random_state=0, client=client)
         _fit(model, X[mask], y[mask], sample_weight=weights[mask])
         _fit(
             model.set_params(early_stopping=False), X[mask], y[mask], eval_set=(X[~mask], y[~mask])
