@@ -25,6 +25,7 @@ from sklearn.model_selection import cross_val_score
 from sklearn.preprocessing import LabelBinarizer
 
 from hmdspt import BPNNClassifier, BPNNRegressor
+from hmdspt.cli import main
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
 from hmdspt.core.shard import DataError, _rows_with_ids
@@ -457,6 +458,22 @@ def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warni
     finally:
         logger.removeHandler(records)
     assert not [m for m in records.messages if "run_spec" in m], records.messages[:1]
+
+
+def test_a_parquet_file_with_pandas_index_trains_on_its_columns_not_the_index(
+    client, frame, tmp_path, capsys
+):
+    """pandas writes a frame's index that is not a plain range as a column,
+    ``__index_level_0__``, which pandas and Dask read back as the index. It was taken for a
+    feature: the in-process command trained on it and the cluster's reader failed with
+    "['__index_level_0__'] not in index"."""
+    path = tmp_path / "every-other-row.parquet"
+    frame.sample(frac=0.5, random_state=0).to_parquet(path)  # not a range: stored
+    model = _fit(BPNNClassifier(**PARAMS, client=client), str(path), "label")
+    assert list(model.feature_names_in_) == [c for c in frame.columns if c != "label"]
+    args = ["train", "--in-process", "--epochs", "1", "--data", str(path), "--target", "label"]
+    assert main([*args, "--run-dir", str(tmp_path / "runs")]) == 0
+    assert f", {N_FEATURES} features" in capsys.readouterr().out
 
 
 def test_a_lazy_r2_names_a_nan_target_where_it_came_to_nan(client, frame):

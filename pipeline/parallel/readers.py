@@ -564,7 +564,12 @@ def _parquet_meta(path: str, target: str | None) -> dict[str, Any]:
     if not files:
         raise ValueError(f"{path}: no parquet files found")
     schema = dataset.schema
-    columns = list(schema.names)
+    # A frame's index that pandas stored as a column (``__index_level_0__``, not a plain
+    # range) is read back as the index by pandas and Dask: no column to train on.
+    index = {
+        c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)
+    }
+    columns = [c for c in schema.names if c not in index]
     if target is not None and target not in columns:
         raise ValueError(f"{path}: target column {target!r} not found; columns are {columns}")
     features = [c for c in columns if c != target]
