@@ -161,6 +161,10 @@ def _positive_floats(text: str) -> tuple[float, ...]:
 
 #: Rows the embedded default draws (80 % to train, 20 % to test).
 DEFAULT_SAMPLES = 200_000
+#: The test part of a data file without its own test split. A parquet or CSV table is split
+#: row by row (:func:`~hmdspt.core.shard.held_out_rows` of its file position and the seed),
+#: so the workers reading it on a cluster and ``--in-process`` hold out the same rows.
+TEST_FRACTION = 0.2
 
 
 def load_default_dataset(random_state: int = 0, n_samples: int = DEFAULT_SAMPLES):
@@ -219,7 +223,10 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
     target : str or None
         Label column of parquet/CSV data (required for them).
     random_state : int, default=0
-        Seed of the 80/20 train/test split (when the file holds no test split).
+        Seed of the 80/20 train/test split (when the file holds no test split). A parquet
+        or CSV table is split row by row, each row by its file position and the seed
+        (:func:`~hmdspt.core.shard.held_out_rows`), as its workers split it on a cluster;
+        an ``.npz`` file by scikit-learn's ``train_test_split``.
 
     Returns
     -------
@@ -237,6 +244,7 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
     """
     from sklearn.model_selection import train_test_split
 
+    from hmdspt.core.shard import held_out_rows
     from hmdspt.parallel.readers import check_labels_present, read_file
 
     _check_data_args(path, target)
@@ -262,9 +270,22 @@ def load_dataset(path: str, target: str | None, random_state: int = 0):
                 f"{path}: X_test has {test.X.shape[1]} features but X_train has {data.X.shape[1]}"
             )
         return data.X, test.X, data.y, test.y
-    if len(data.X) < 2:
-        raise CliError(f"{path} has {len(data.X)} row(s): too few to split into train and test")
-    return train_test_split(data.X, data.y, test_size=0.2, random_state=random_state)
+    if data.features is None:  # .npz arrays: the driver reads them on every path
+        if len(data.X) < 2:
+            raise CliError(f"{path} has {len(data.X)} row(s): too few to split into train and test")
+        return train_test_split(data.X, data.y, test_size=0.2, random_state=random_state)
+    test_rows = held_out_rows(random_state, 0, len(data.X), TEST_FRACTION)
+    _check_split(path, len(data.X), int(test_rows.sum()))
+    return data.X[~test_rows], data.X[test_rows], data.y[~test_rows], data.y[test_rows]
+
+
+def _check_split(path: str, n_train: int, n_test: int) -> None:
+    """Refuse a table whose row-by-row split leaves either part empty."""
+    if not (n_train and n_test):
+        raise CliError(
+            f"{path} has {n_train + n_test} row(s): too few to split into train and test "
+            f"({n_train} train / {n_test} test)"
+        )
 
 
 def _cluster_and_client(args: argparse.Namespace):
@@ -482,7 +503,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             stack, client, label = _cluster_and_client(args)
             with stack:
                 print(f"cluster: {label}")
-                X_train, X_test, y_train, y_test = _cluster_data(args, pending)
+                X_train, X_test, y_train, y_test = _cluster_data(args, client, pending)
                 # Held-out data the workers read is scored at the end, not every round.
                 eval_set = None if _read_by_workers(X_test) else (X_test, y_test)
                 clf = BPNNClassifier(
@@ -618,12 +639,13 @@ def _read_by_workers(data) -> bool:
     return hasattr(data, "__dask_graph__")
 
 
-def _cluster_data(args: argparse.Namespace, pending: Future | None = None):
+def _cluster_data(args: argparse.Namespace, client, pending: Future | None = None):
     """Train/test data of a cluster fit: parquet and CSV files stay with the workers.
 
-    They become Dask DataFrames, split 80/20 and standardised lazily (the means and
-    standard deviations are computed on the workers), which the fit reads on the
-    workers; ``.npz`` files and the embedded default are read here (:func:`_scaled_data`).
+    They become Dask arrays, split 80/20 row by row as :func:`load_dataset` splits them
+    in-process and standardised lazily (the means and standard deviations are computed
+    on the workers), which the fit reads on the workers; ``.npz`` files and the embedded
+    default are read here (:func:`_scaled_data`).
     """
     from hmdspt.parallel.readers import reader_kind
 
@@ -632,26 +654,41 @@ def _cluster_data(args: argparse.Namespace, pending: Future | None = None):
     import dask
 
     from hmdspt.parallel.shards import frame_of
+    from hmdspt.parallel.sources import split_held_out
 
     try:  # staging's reading rule and messages: the CLI's --data reads as fit(path) does
         frame = frame_of(args.data, args.target, classes=True)  # the CLI classifies
     except (OSError, ValueError, TypeError) as exc:
         raise CliError(str(exc).strip().splitlines()[0]) from None
     features = [c for c in frame.columns if c != args.target]
-    train, test = frame.random_split([0.8, 0.2], random_state=args.seed)
-    mean, std = dask.compute(train[features].mean(), train[features].std())
-    std = std.where(std > 0, 1.0)
+    # Each row by its file position, as load_dataset splits it --in-process.
+    (X_train, y_train), (X_test, y_test) = split_held_out(
+        client, [frame[features], frame[args.target]], TEST_FRACTION, args.seed
+    )
+    mean, std, n_train, n_test = dask.compute(
+        X_train.mean(axis=0), X_train.std(axis=0), _rows_of(y_train), _rows_of(y_test)
+    )
+    _check_split(args.data, n_train, n_test)
+    std = np.where(std > 0, std, 1.0)  # a constant column, as StandardScaler leaves it
 
     def scaled(part):
-        return ((part[features] - mean) / std).astype(np.float32)
+        return ((part - mean) / std).astype(np.float32)
 
-    X_train, X_test = train.map_partitions(scaled), test.map_partitions(scaled)
-    n_train, n_test = dask.compute(train.map_partitions(len).sum(), test.map_partitions(len).sum())
+    X_train = X_train.map_blocks(scaled, dtype=np.float32)
+    X_test = X_test.map_blocks(scaled, dtype=np.float32)
     print(
         f"data: {args.data} (read by the workers), {n_train} train / {n_test} test rows, "
         f"{len(features)} features"
     )
-    return X_train, X_test, train[args.target], test[args.target]
+    return X_train, X_test, y_train, y_test
+
+
+def _rows_of(part):
+    """The rows of a Dask array whose blocks' lengths are unknown, counted lazily."""
+    counts = part.map_blocks(
+        lambda block: np.array([len(block)]), chunks=((1,) * part.numblocks[0],), dtype=np.int64
+    )
+    return counts.sum()
 
 
 def _read_scaled(args: argparse.Namespace):

@@ -301,14 +301,16 @@ def _write(layout: str, folder, n_rows: int = 300):
 
 @pytest.mark.parametrize("layout", ["csv.gz", "parquet folder"])
 def test_train_reads_a_compressed_csv_and_a_parquet_folder(tmp_path, capsys, layout):
-    from hmdspt.cli import main
+    from hmdspt.cli import TEST_FRACTION, main
+    from hmdspt.core.shard import held_out_rows
 
     path = _write(layout, tmp_path, n_rows=2000)
     argv = ["train", "--in-process", "--epochs", "60", "--hidden", "8", "--data", str(path)]
     code = main([*argv, "--target", "label"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "1600 train / 400 test rows, 4 features" in out
+    test_rows = int(held_out_rows(0, 0, 2000, TEST_FRACTION).sum())  # row by row, seed 0
+    assert f"{2000 - test_rows} train / {test_rows} test rows, 4 features" in out
     assert _accuracy(out) > 0.6
 
 
