@@ -156,7 +156,12 @@ def _positive_floats(text: str) -> tuple[float, ...]:
         ) from None
     if not values or not all(np.isfinite(v) and v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"speeds must be positive numbers, got {text!r}")
-    return values
+    from hmdspt.parallel.cluster import check_speeds
+
+    try:  # the emulation's own bounds
+        return check_speeds(values)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 #: Rows the embedded default draws (80 % to train, 20 % to test).

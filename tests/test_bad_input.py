@@ -143,6 +143,7 @@ def test_bad_data_file_exits_with_one_line(files, capsys, name, extra, message):
         ("-1,2", "speeds must be positive numbers"),
         ("0", "speeds must be positive numbers"),
         ("a,b", "expected comma-separated numbers"),
+        ("1e308,1", "the emulation slows a worker down 1000x at most"),
     ],
 )
 def test_bad_speeds_exit_2_with_one_line(capsys, speeds, message):

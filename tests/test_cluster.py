@@ -63,7 +63,8 @@ def _by_name(client: Client) -> dict[str, str]:
 # ----------------------------------------------------------------- validation, no cluster
 @pytest.mark.parametrize(
     "speeds",
-    [(), [], (1, 0), (2, -1), (1, math.nan), (1, math.inf), ("4", 1), (True, 1), 4, "421"],
+    [(), [], (1, 0), (2, -1), (1, math.nan), (1, math.inf), ("4", 1), (True, 1), 4, "421"]
+    + [(1e308, 1), (1, 2, 2001)],  # slower than the emulation goes (the sleep overflowed)
 )
 def test_local_cluster_rejects_bad_speeds(speeds):
     with pytest.raises(ValueError, match="speed"):
@@ -73,10 +74,11 @@ def test_local_cluster_rejects_bad_speeds(speeds):
 def test_speeds_may_be_any_iterable_of_numbers():
     import numpy as np
 
-    from hmdspt.parallel.cluster import _check_speeds
+    from hmdspt.parallel.cluster import check_speeds
 
-    assert _check_speeds(np.array([4, 2, 1])) == (4.0, 2.0, 1.0)
-    assert _check_speeds(s for s in (3, 1.5)) == (3.0, 1.5)
+    assert check_speeds(np.array([4, 2, 1])) == (4.0, 2.0, 1.0)
+    assert check_speeds(s for s in (3, 1.5)) == (3.0, 1.5)
+    assert check_speeds((1000, 1)) == (1000.0, 1.0)  # the slowest the emulation goes
 
 
 def test_throttle_sleeps_k_minus_one_times_thread_cpu():
@@ -97,7 +99,7 @@ def test_throttle_outside_a_worker_is_a_no_op():
     assert record.sleep_s == 0.0
 
 
-@pytest.mark.parametrize("k", [0.5, 0, -1, math.nan, math.inf, "x"])
+@pytest.mark.parametrize("k", [0.5, 0, -1, math.nan, math.inf, "x", 1e308])
 def test_throttle_rejects_bad_slowdown(k):
     with pytest.raises(ValueError, match="slowdown"):
         with throttled(slowdown=k):

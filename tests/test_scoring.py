@@ -469,6 +469,18 @@ def test_score_workers_needs_workers_and_consistent_settings(client):
         score_workers(client, LAYERS, n_rows_total=1000, max_fraction=0)
 
 
+def test_a_probe_that_outlasts_its_timeout_names_the_workers_still_probing(client):
+    # It was a TimeoutError with no message ("hmdspt: error: TimeoutError: ").
+    workers = scheduler_workers(client)
+    with pytest.raises(TimeoutError) as raised:
+        probe_workers(client, LAYERS, seconds=0.5, timeout=0.1)
+    message = str(raised.value)
+    assert message.startswith("the speed probe waited 0.1 s and ") and "\n" not in message
+    for address, info in workers.items():
+        assert f"{info['name']} ({address})" in message
+    time.sleep(0.5)  # the cancelled probes' threads end before the next test
+
+
 def test_score_workers_takes_the_cluster_as_the_estimators_client_does(client, tmp_path):
     """An address or a scheduler file (a client of its own, closed after), or the current
     client; None with no current client names what to pass."""

@@ -34,11 +34,12 @@ from distributed.protocol.pickle import dumps
 from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
-from hmdspt.parallel.worker import HMDSPTWorkerPlugin
+from hmdspt.parallel.worker import MAX_SLOWDOWN, HMDSPTWorkerPlugin
 
 __all__ = [
     "Emulation",
     "EmulatedLocalCluster",
+    "check_speeds",
     "connect",
     "connect_timeout_s",
     "connected",
@@ -92,7 +93,16 @@ class EmulatedLocalCluster(LocalCluster):
         return f"{text[:-1]}, {self.emulation})" if self.emulation else text
 
 
-def _check_speeds(speeds: Iterable[float]) -> tuple[float, ...]:
+def check_speeds(speeds: Iterable[float]) -> tuple[float, ...]:
+    """The relative speeds of an emulated cluster as floats, checked.
+
+    Raises
+    ------
+    ValueError
+        If ``speeds`` is empty, holds anything but positive finite numbers, or asks for a
+        worker more than :data:`~hmdspt.parallel.worker.MAX_SLOWDOWN` times slower than
+        the fastest.
+    """
     if isinstance(speeds, (str, bytes)) or not isinstance(speeds, Iterable):
         raise ValueError(f"speeds must be a sequence of positive numbers, got {speeds!r}")
     speeds = tuple(speeds)
@@ -103,6 +113,11 @@ def _check_speeds(speeds: Iterable[float]) -> tuple[float, ...]:
         if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s) or s <= 0:
             raise ValueError(f"every speed must be a positive finite number, got {speeds!r}")
         checked.append(float(s))
+    if max(checked) / min(checked) > MAX_SLOWDOWN:
+        raise ValueError(
+            f"speeds {speeds!r}: the slowest worker would run {max(checked) / min(checked):.4g}x "
+            f"slower than the fastest; the emulation slows a worker down {MAX_SLOWDOWN:g}x at most"
+        )
     return tuple(checked)
 
 
@@ -183,7 +198,7 @@ def local_cluster(
         )
         sys.stderr.flush()
         raise SystemExit(1)
-    speeds = _check_speeds(speeds)
+    speeds = check_speeds(speeds)
     n = len(speeds)
     fastest = max(speeds)
     names = [f"worker-{i}" for i in range(n)]

@@ -182,6 +182,10 @@ def probe_workers(
     try:
         wait(futures, timeout=timeout)
         results = client.gather(futures)
+    except TimeoutError:
+        message = _late_probe_message(client, addresses, futures, timeout)  # before cancelling
+        client.cancel(futures)
+        raise TimeoutError(message) from None
     except BaseException:
         client.cancel(futures)
         raise
@@ -191,6 +195,16 @@ def probe_workers(
         details=details,
         wall_s=time.perf_counter() - start,
         max_rows=max_rows,
+    )
+
+
+def _late_probe_message(client: Client, addresses: list[str], futures, timeout: float) -> str:
+    """One line naming the workers whose probe did not finish within ``timeout``."""
+    names = {a: info.get("name", a) for a, info in scheduler_workers(client).items()}
+    late = [f"{names.get(a, a)} ({a})" for a, f in zip(addresses, futures) if not f.done()]
+    return (
+        f"the speed probe waited {timeout:.3g} s and {', '.join(late) or 'a worker'} had not "
+        f"finished it; a worker that slow or stuck cannot train (check it, or leave it out)"
     )
 
 

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from distributed import Client, Worker
 
 __all__ = [
+    "MAX_SLOWDOWN",
     "ROUND_OP",
     "WORKER_PLUGIN_NAME",
     "HMDSPTWorkerPlugin",
@@ -78,13 +79,21 @@ __all__ = [
 ]
 
 
+#: The most an emulated worker is slowed down. It sleeps ``k - 1`` times each chunk's
+#: compute: at 1000x the embedded default still fitted (an epoch in 8.5 s); at 100,000x the
+#: slow worker's probe outlasted its timeout, and at 1e308x the sleep overflowed.
+MAX_SLOWDOWN = 1000.0
+
+
 def _check_slowdown(k: float) -> float:
     try:
         k = float(k)
     except (TypeError, ValueError):
-        raise ValueError(f"slowdown must be a number >= 1, got {k!r}") from None
-    if not (math.isfinite(k) and k >= 1.0):
-        raise ValueError(f"slowdown must be a finite number >= 1, got {k!r}")
+        raise ValueError(
+            f"slowdown must be a number from 1 to {MAX_SLOWDOWN:g}, got {k!r}"
+        ) from None
+    if not (math.isfinite(k) and 1.0 <= k <= MAX_SLOWDOWN):
+        raise ValueError(f"slowdown must be a number from 1 to {MAX_SLOWDOWN:g}, got {k!r}")
     return k
 
 
