@@ -481,6 +481,24 @@ def test_a_probe_that_outlasts_its_timeout_names_the_workers_still_probing(clien
     time.sleep(0.5)  # the cancelled probes' threads end before the next test
 
 
+def test_a_worker_that_leaves_during_a_probe_is_left_out_and_named():
+    # Its probe, pinned to it, would never end: the wait ran out the timeout and failed.
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        staying, leaving = sorted(scheduler_workers(client))
+        (worker,) = [w for w in cluster.workers.values() if w.address == leaving]
+        threading.Timer(0.3, lambda: cluster.sync(worker.close)).start()
+        result = probe_workers(client, LAYERS, seconds=1.0, timeout=30)
+    assert result.lost == [leaving]
+    assert set(result.speeds) == set(result.details) == {staying}
+
+
 def test_score_workers_takes_the_cluster_as_the_estimators_client_does(client, tmp_path):
     """An address or a scheduler file (a client of its own, closed after), or the current
     client; None with no current client names what to pass."""

@@ -105,6 +105,46 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     assert sum(trainer.final_counts.values()) == len(X)
 
 
+def _when_probing(client, action, timeout: float = 120.0) -> threading.Thread:
+    """Run ``action()`` once a worker is running its speed probe."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any("probe_task" in str(k) for keys in client.processing().values() for k in keys):
+                action()
+                return
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_lost_during_the_speed_probe_is_survived(tmp_path):
+    # It was waited on for the probe's timeout (70 s), and then the fit failed.
+    X, _, Y = _data(20_000)
+    log = tmp_path / "probe-kill.jsonl"
+    with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
+        victim = sorted(scheduler_workers(client))[-1]
+        victim_name = scheduler_workers(client)[victim]["name"]
+        killer = _when_probing(client, lambda: _kill(cluster, victim))
+        config = TrainerConfig(run_log=str(log), probe_seconds=1.0, record_row_ids=True)
+        trainer = Trainer(client, _model(), _ADAM, 256, config)
+        trainer.fit(X, Y, max_epochs=1)
+        killer.join()
+    events = read_events(log)
+    names = [w["name"] for w in events[0]["workers"]]
+    before = events[: next(i for i, e in enumerate(events) if e["event"] == "partition")]
+    probed = [e["worker"] for e in before if e["event"] == "score"]
+    assert sorted(probed) == sorted(n for n in names if n != victim_name)  # the two that stayed
+    lost = [(e["worker"], e["round"]) for e in events if e["event"] == "worker_lost"]
+    assert lost == [(victim_name, 0)]
+    assert events[-1]["status"] == "completed"
+    assert (trainer.rows_seen[1] == 1).all()
+
+
 class _ActsAsTheRoundStarts(Trainer):
     """A trainer that calls :meth:`act` on one staged worker (the first by address) in round
     ``act_in_round``, as the round's calls (with ``w_t``) are about to go out."""

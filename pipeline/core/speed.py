@@ -301,12 +301,16 @@ class ProbeResult:
         Driver seconds the whole probe took (submission, probing and gathering).
     max_rows : int or None
         Row budget each worker had (from ``n_rows_total``), None without one.
+    lost : list of str
+        Workers that left the cluster during the probe (in neither ``speeds`` nor
+        ``details``).
     """
 
     speeds: dict[str, float]
     details: dict[str, dict[str, Any]]
     wall_s: float
     max_rows: int | None = None
+    lost: list[str] = field(default_factory=list)
 
     @property
     def rows(self) -> int:

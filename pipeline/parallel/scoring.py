@@ -13,17 +13,28 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from distributed import Client, wait
+from distributed import Client
 
 from hmdspt.core.speed import ProbeResult
-from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
+from hmdspt.parallel.client import (
+    WorkerLostError,
+    _gone_workers,
+    blas_limit_for_own_workers,
+    scheduler_workers,
+    wait_some,
+)
 from hmdspt.parallel.cluster import connected
+from hmdspt.parallel.membership import active_membership
 from hmdspt.parallel.worker import probe_task
 
 __all__ = ["PROBE_MIN_S", "probe_workers", "score_workers"]
 
 #: The adaptive probe's least busy seconds on every worker.
 PROBE_MIN_S = 0.1
+
+#: Without a fit's membership to wake it, how often a probe's wait asks the scheduler
+#: whether a probed worker has left (its pinned task would never end).
+LOSS_POLL_S = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +108,13 @@ def probe_workers(
     Returns
     -------
     result : ProbeResult
-        Speeds, per-worker details and the probe's wall time.
+        Speeds, per-worker details and the probe's wall time. A worker that leaves the
+        cluster during the probe is left out of them and named in ``result.lost``.
+
+    Raises
+    ------
+    TimeoutError
+        Naming the workers whose probe had not finished at ``timeout``.
 
     Notes
     -----
@@ -179,32 +196,66 @@ def probe_workers(
         )
         for address in addresses
     ]
+    by_worker = dict(zip(addresses, futures))
     try:
-        wait(futures, timeout=timeout)
-        results = client.gather(futures)
-    except TimeoutError:
-        message = _late_probe_message(client, addresses, futures, timeout)  # before cancelling
-        client.cancel(futures)
-        raise TimeoutError(message) from None
+        lost = _wait_for_probes(client, by_worker, timeout)
+        details = dict(zip(by_worker, client.gather(list(by_worker.values()))))
     except BaseException:
         client.cancel(futures)
         raise
-    details = dict(zip(addresses, results))
     return ProbeResult(
         speeds={address: float(r["speed"]) for address, r in details.items()},
         details=details,
         wall_s=time.perf_counter() - start,
         max_rows=max_rows,
+        lost=sorted(lost),
     )
 
 
-def _late_probe_message(client: Client, addresses: list[str], futures, timeout: float) -> str:
-    """One line naming the workers whose probe did not finish within ``timeout``."""
+def _wait_for_probes(client: Client, by_worker: dict[str, Any], timeout: float) -> set[str]:
+    """Wait for every worker's probe; a worker that leaves meanwhile is dropped from
+    ``by_worker`` (its pinned task would never end) and returned.
+
+    While a fit's membership is open the wait wakes when a worker leaves; otherwise it
+    asks the scheduler every :data:`LOSS_POLL_S` seconds.
+
+    Raises
+    ------
+    TimeoutError
+        Naming the workers still probing at ``timeout``.
+    WorkerLostError
+        When every probed worker has left.
+    """
+    deadline = time.monotonic() + timeout
+    poll_s = None if active_membership(client) is not None else LOSS_POLL_S
+    lost: set[str] = set()
+    while True:
+        left = deadline - time.monotonic()
+        _, pending = wait_some(
+            by_worker.values(), max(0.0, left if poll_s is None else min(left, poll_s)),
+            watch=by_worker,
+        )  # fmt: skip
+        if not pending:
+            return lost
+        gone = _gone_workers(client, by_worker) & {a for a, f in by_worker.items() if f in pending}
+        for address in gone:
+            client.cancel(by_worker.pop(address))
+        lost |= gone
+        if not by_worker:
+            raise WorkerLostError(
+                f"every worker left the cluster during the speed probe ({', '.join(sorted(lost))})"
+            )
+        if not gone and time.monotonic() >= deadline:
+            raise TimeoutError(_late_probe_message(client, by_worker, timeout))
+
+
+def _late_probe_message(client: Client, by_worker: dict[str, Any], timeout: float) -> str:
+    """One line naming the workers whose probe had not finished at ``timeout``."""
     names = {a: info.get("name", a) for a, info in scheduler_workers(client).items()}
-    late = [f"{names.get(a, a)} ({a})" for a, f in zip(addresses, futures) if not f.done()]
+    late = [f"{names.get(a, a)} ({a})" for a, f in by_worker.items() if not f.done()]
     return (
-        f"the speed probe waited {timeout:.3g} s and {', '.join(late) or 'a worker'} had not "
-        f"finished it; a worker that slow or stuck cannot train (check it, or leave it out)"
+        f"the speed probe waited {timeout:.3g} s and {', '.join(late)} had not finished it; "
+        f"a worker that slow or stuck cannot train (check it, or leave it out)"
     )
 
 
@@ -238,7 +289,7 @@ def score_workers(
     Returns
     -------
     scores : dict of str to float
-        Samples per second by worker address.
+        Samples per second by worker address (of the workers that stayed through the probe).
 
     Notes
     -----
