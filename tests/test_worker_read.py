@@ -356,6 +356,45 @@ def test_rows_read_again_by_id_are_the_sources_rows(client, frame, files, name):
     staged.release()
 
 
+class _LosesAWorkerBeforeTheSample(WorkerRead):
+    """Closes ``victim`` after staging, as the warm start's sample is about to be taken."""
+
+    def __init__(self, *args, cluster, victim, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster, self.victim = cluster, victim
+
+    def sample(self, client, staged, ids):
+        self.cluster.sync(self.victim.close)
+        return super().sample(client, staged, ids)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_before_the_warm_starts_sample_is_survived(cluster, files, tmp_path):
+    # The sample's tasks, pinned to their shards' workers, waited for the lost one forever.
+    log = tmp_path / "run.jsonl"
+    with Client(cluster) as client:
+        cluster.scale(4)  # a worker to lose, beside the module's three
+        client.wait_for_workers(4)
+        victim = list(cluster.workers.values())[-1]
+        encoder = LabelBinarizer().fit(["a", "b", "c"])
+        source = _LosesAWorkerBeforeTheSample(
+            client, files / "rows.parquet", target="label", encode=encoder.transform,
+            cluster=cluster, victim=victim,
+        )  # fmt: skip
+        model = MLP((N_FEATURES, 16, 3))
+        model.initialize(np.random.RandomState(0))
+        config = TrainerConfig(rounds_per_epoch=2, run_log=str(log), probe_seconds=0.2)
+        trainer = Trainer(client, model, dict(solver="adam", learning_rate_init=0.01), 64, config)
+        trainer.fit(source, None, max_epochs=2)
+        cluster.scale(3)
+    events = read_events(log)
+    (warm_start,) = [e for e in events if e["event"] == "warm_start"]
+    assert 0 < warm_start["rows"] < 2000  # the sample's rows on the workers that stayed
+    assert any(e["event"] == "worker_lost" for e in events), [e["event"] for e in events]
+    assert events[-1]["status"] == "completed"
+    assert sum(trainer.final_counts.values()) == N_ROWS
+
+
 def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame, tmp_path):
     log = tmp_path / "run.jsonl"
     with Client(cluster) as client:

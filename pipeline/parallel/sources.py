@@ -28,7 +28,7 @@ from distributed import Client, Future
 
 from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_rows
 from hmdspt.parallel import rebalance, shards
-from hmdspt.parallel.client import _wait_ok
+from hmdspt.parallel.client import WorkerLostError, _gone_workers, _wait_ok
 from hmdspt.parallel.readers import non_finite_error
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
@@ -215,8 +215,22 @@ class WorkerRead:
     def sample(
         self, client: Client, staged: StagedData, ids: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``ids`` (sorted) gathered from the shards that hold them: a small sample."""
-        parts = client.gather(list(staged.map_shards(_rows_with_ids, ids).values()))
+        """Rows ``ids`` (sorted) gathered from the shards that hold them: a small sample.
+
+        A worker that has left since staging is left out, its rows with it (the round
+        loop finds it gone and re-stages them); a pinned task of it would never end.
+        """
+        futures = staged.map_shards(_rows_with_ids, ids)
+        while True:
+            try:
+                _wait_ok(futures.values(), futures)
+                break
+            except WorkerLostError:
+                gone = _gone_workers(client, futures)
+                client.cancel([futures.pop(w) for w in gone])
+                if not futures:
+                    raise
+        parts = client.gather(list(futures.values()))
         row_ids = np.concatenate([p[0] for p in parts])
         order = np.argsort(row_ids)
         X = np.concatenate([p[1] for p in parts])[order]

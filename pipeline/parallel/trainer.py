@@ -529,7 +529,7 @@ class Trainer:
                     np.ascontiguousarray(Y_pilot, dtype=self.model.dtype),
                 )
                 t_pilot = time.perf_counter() - t_pilot
-                self._pilot_speed = len(sample) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
+                self._pilot_speed = len(X_pilot) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
                 # The warm-started model is the fit's model from now until round one ends:
                 # scored like a round's, so the accuracy curve starts where training does.
                 # Not counted by eval_resolution: it would skip round one's score when that
@@ -541,7 +541,7 @@ class Trainer:
                     if self._on_score is not None:
                         self._on_score(trained_s, pilot_score)
                 if self.log is not None:
-                    self.log.warm_start(len(sample), cfg.warm_start_epochs, t_pilot, pilot_score)
+                    self.log.warm_start(len(X_pilot), cfg.warm_start_epochs, t_pilot, pilot_score)
             rounds_per_epoch = self.sync_strategy.rounds_per_epoch(n_rows, self.batch_size, cfg)
             self._rounds_per_epoch = rounds_per_epoch
             ramp_rounds = (
