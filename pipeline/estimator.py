@@ -1485,9 +1485,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
         (likewise ``partition``).
     rounds_per_epoch : int or "auto", default="auto"
-        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
-        ``"auto"``: 4 in the first epoch, then in each epoch as many as keep a round's
-        measured overhead (synchronisation and fixed per-round costs) within
+        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp"); more
+        than the training rows are clipped to them, with a warning. ``"auto"``: 4 in
+        the first epoch, then in each epoch as many as keep a round's measured overhead
+        (synchronisation and fixed per-round costs) within
         ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
         ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
         sized from measured costs").
@@ -1873,9 +1874,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         registered in :data:`hmdspt.core.strategies.SYNC_STRATEGIES` is accepted too
         (likewise ``partition``).
     rounds_per_epoch : int or "auto", default="auto"
-        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp").
-        ``"auto"``: 4 in the first epoch, then in each epoch as many as keep a round's
-        measured overhead (synchronisation and fixed per-round costs) within
+        Cluster fits: synchronous rounds an epoch is split into (not used by "bsp"); more
+        than the training rows are clipped to them, with a warning. ``"auto"``: 4 in
+        the first epoch, then in each epoch as many as keep a round's measured overhead
+        (synchronisation and fixed per-round costs) within
         ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
         ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
         sized from measured costs").

@@ -158,6 +158,19 @@ def test_bad_strategy_values_are_refused(client, data):
         TrainerConfig(rounds_per_epoch=0).validate()
 
 
+def test_more_rounds_per_epoch_than_rows_are_clipped_to_the_rows_with_a_warning(client, data):
+    # A round after the n-th has no row to train; 10**9 rounds' schedule filled the memory.
+    X, y = data
+    X, Y = X[:40], np.eye(3, dtype=np.float32)[y[:40]]
+    trainer = _trainer(
+        client, X.shape[1], 3, rounds_per_epoch=100, probe_seconds=0.1, record_row_ids=True
+    )
+    with pytest.warns(UserWarning, match=r"^rounds_per_epoch=100 is more than the 40 training"):
+        trainer.fit(X, Y, max_epochs=1)
+    assert len(trainer.history) == 40
+    assert (trainer.rows_seen[1] == 1).all()
+
+
 def _fit_killing_a_worker(tmp_path, kill: bool, seed: int = 0):
     """Fit on a 3-worker cluster; optionally SIGKILL one worker after round 2."""
     X, y = make_classification(

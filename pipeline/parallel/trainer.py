@@ -543,6 +543,17 @@ class Trainer:
                 if self.log is not None:
                     self.log.warm_start(len(X_pilot), cfg.warm_start_epochs, t_pilot, pilot_score)
             rounds_per_epoch = self.sync_strategy.rounds_per_epoch(n_rows, self.batch_size, cfg)
+            if rounds_per_epoch > n_rows:
+                # Every round after the n-th would have no row to train (and the schedule
+                # of rounds_per_epoch=10**9 alone filled the driver's memory).
+                if cfg.rounds_per_epoch != "auto":
+                    warnings.warn(
+                        f"rounds_per_epoch={cfg.rounds_per_epoch} is more than the "
+                        f"{n_rows} training rows; it is clipped to {n_rows}",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+                rounds_per_epoch = n_rows
             self._rounds_per_epoch = rounds_per_epoch
             ramp_rounds = (
                 self._ramp_rounds(rounds_per_epoch)
