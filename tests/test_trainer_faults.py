@@ -62,24 +62,31 @@ def _kill(cluster, address: str) -> None:
     os.kill(nanny.process.process.pid, signal.SIGKILL)
 
 
-def _when_staging_starts(action, timeout: float = 120.0) -> threading.Thread:
-    """Run ``action()`` as soon as the in-memory staging's sender thread exists.
-
-    That thread is started by the first shard's scatter, so ``action`` runs while the
-    rows are being staged, before the last shard's scatter began.
-    """
+def _when(condition, action, timeout: float = 120.0, poll_s: float = 0.001) -> threading.Thread:
+    """Run ``action()`` in a thread as soon as ``condition()`` holds."""
 
     def watch() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any(t.name.startswith("hmdspt-stage") for t in threading.enumerate()):
+            if condition():
                 action()
                 return
-            time.sleep(0.001)
+            time.sleep(poll_s)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def _staging() -> bool:
+    """The in-memory staging's sender thread exists: the first shard's scatter started it,
+    and the last shard's scatter has not begun."""
+    return any(t.name.startswith("hmdspt-stage") for t in threading.enumerate())
+
+
+def _probing(client) -> bool:
+    """A worker is running its speed probe."""
+    return any("probe_task" in str(k) for keys in client.processing().values() for k in keys)
 
 
 @pytest.mark.timeout(300)
@@ -91,7 +98,7 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
         # Shards are sent in address order: the last one's scatter starts last.
         victim = sorted(scheduler_workers(client))[-1]
         victim_name = scheduler_workers(client)[victim]["name"]
-        killer = _when_staging_starts(lambda: _kill(cluster, victim))
+        killer = _when(_staging, lambda: _kill(cluster, victim))
         trainer = Trainer(client, _model(), _ADAM, 256, _config(log, rounds_per_epoch=2))
         trainer.fit(X, Y, max_epochs=2)
         killer.join()
@@ -105,22 +112,6 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     assert sum(trainer.final_counts.values()) == len(X)
 
 
-def _when_probing(client, action, timeout: float = 120.0) -> threading.Thread:
-    """Run ``action()`` once a worker is running its speed probe."""
-
-    def watch() -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any("probe_task" in str(k) for keys in client.processing().values() for k in keys):
-                action()
-                return
-            time.sleep(0.005)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.timeout(300)
 def test_a_worker_lost_during_the_speed_probe_is_survived(tmp_path):
     # It was waited on for the probe's timeout (70 s), and then the fit failed.
@@ -129,7 +120,7 @@ def test_a_worker_lost_during_the_speed_probe_is_survived(tmp_path):
     with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
         victim = sorted(scheduler_workers(client))[-1]
         victim_name = scheduler_workers(client)[victim]["name"]
-        killer = _when_probing(client, lambda: _kill(cluster, victim))
+        killer = _when(lambda: _probing(client), lambda: _kill(cluster, victim), poll_s=0.005)
         config = TrainerConfig(run_log=str(log), probe_seconds=1.0, record_row_ids=True)
         trainer = Trainer(client, _model(), _ADAM, 256, config)
         trainer.fit(X, Y, max_epochs=1)

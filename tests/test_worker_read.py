@@ -12,6 +12,7 @@ import re
 import threading
 import time
 import warnings
+from dataclasses import replace
 
 import dask.array as da
 import dask.dataframe as dd
@@ -356,6 +357,17 @@ def test_rows_read_again_by_id_are_the_sources_rows(client, frame, files, name):
     staged.release()
 
 
+_LABELS = LabelBinarizer().fit(["a", "b", "c"])
+
+
+def _file_trainer(client, config: TrainerConfig) -> Trainer:
+    """A trainer of a small MLP on the module's rows, with a short fixed probe."""
+    model = MLP((N_FEATURES, 16, 3))
+    model.initialize(np.random.RandomState(0))
+    config = replace(config, probe_seconds=0.2)
+    return Trainer(client, model, dict(solver="adam", learning_rate_init=0.01), 64, config)
+
+
 class _LosesAWorkerBeforeTheSample(WorkerRead):
     """Closes ``victim`` after staging, as the warm start's sample is about to be taken."""
 
@@ -376,15 +388,11 @@ def test_a_worker_lost_before_the_warm_starts_sample_is_survived(cluster, files,
         cluster.scale(4)  # a worker to lose, beside the module's three
         client.wait_for_workers(4)
         victim = list(cluster.workers.values())[-1]
-        encoder = LabelBinarizer().fit(["a", "b", "c"])
         source = _LosesAWorkerBeforeTheSample(
-            client, files / "rows.parquet", target="label", encode=encoder.transform,
+            client, files / "rows.parquet", target="label", encode=_LABELS.transform,
             cluster=cluster, victim=victim,
         )  # fmt: skip
-        model = MLP((N_FEATURES, 16, 3))
-        model.initialize(np.random.RandomState(0))
-        config = TrainerConfig(rounds_per_epoch=2, run_log=str(log), probe_seconds=0.2)
-        trainer = Trainer(client, model, dict(solver="adam", learning_rate_init=0.01), 64, config)
+        trainer = _file_trainer(client, TrainerConfig(rounds_per_epoch=2, run_log=str(log)))
         trainer.fit(source, None, max_epochs=2)
         cluster.scale(3)
     events = read_events(log)
@@ -401,16 +409,12 @@ def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame,
         cluster.scale(4)  # a worker to lose, beside the module's three
         client.wait_for_workers(4)
         victim = list(cluster.workers.values())[-1]
-        encoder = LabelBinarizer().fit(["a", "b", "c"])
         source = WorkerRead(
-            client, files / "rows.parquet", target="label", encode=encoder.transform
+            client, files / "rows.parquet", target="label", encode=_LABELS.transform
         )
-        model = MLP((N_FEATURES, 16, 3))
-        model.initialize(np.random.RandomState(0))
-        config = TrainerConfig(
-            rounds_per_epoch=3, record_row_ids=True, run_log=str(log), probe_seconds=0.2
-        )
-        trainer = Trainer(client, model, dict(solver="adam", learning_rate_init=0.01), 64, config)
+        config = TrainerConfig(rounds_per_epoch=3, record_row_ids=True, run_log=str(log))
+        trainer = _file_trainer(client, config)
+        model = trainer.model
 
         def close_after_round_two() -> None:
             deadline = time.monotonic() + 60
