@@ -78,6 +78,13 @@ def _when(condition, action, timeout: float = 120.0, poll_s: float = 0.001) -> t
     return thread
 
 
+def _last_worker(client) -> tuple[str, str]:
+    """The address and name of the worker whose address sorts last."""
+    workers = scheduler_workers(client)
+    address = sorted(workers)[-1]
+    return address, workers[address]["name"]
+
+
 def _staging() -> bool:
     """The in-memory staging's sender thread exists: the first shard's scatter started it,
     and the last shard's scatter has not begun."""
@@ -96,8 +103,7 @@ def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     log = tmp_path / "staging-kill.jsonl"
     with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
         # Shards are sent in address order: the last one's scatter starts last.
-        victim = sorted(scheduler_workers(client))[-1]
-        victim_name = scheduler_workers(client)[victim]["name"]
+        victim, victim_name = _last_worker(client)
         killer = _when(_staging, lambda: _kill(cluster, victim))
         trainer = Trainer(client, _model(), _ADAM, 256, _config(log, rounds_per_epoch=2))
         trainer.fit(X, Y, max_epochs=2)
@@ -118,8 +124,7 @@ def test_a_worker_lost_during_the_speed_probe_is_survived(tmp_path):
     X, _, Y = _data(20_000)
     log = tmp_path / "probe-kill.jsonl"
     with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
-        victim = sorted(scheduler_workers(client))[-1]
-        victim_name = scheduler_workers(client)[victim]["name"]
+        victim, victim_name = _last_worker(client)
         killer = _when(lambda: _probing(client), lambda: _kill(cluster, victim), poll_s=0.005)
         config = TrainerConfig(run_log=str(log), probe_seconds=1.0, record_row_ids=True)
         trainer = Trainer(client, _model(), _ADAM, 256, config)

@@ -360,6 +360,13 @@ def test_rows_read_again_by_id_are_the_sources_rows(client, frame, files, name):
 _LABELS = LabelBinarizer().fit(["a", "b", "c"])
 
 
+def _a_fourth_worker(cluster, client):
+    """A worker added beside the module's three, to lose (``cluster.scale(3)`` after)."""
+    cluster.scale(4)
+    client.wait_for_workers(4)
+    return list(cluster.workers.values())[-1]
+
+
 def _file_trainer(client, config: TrainerConfig) -> Trainer:
     """A trainer of a small MLP on the module's rows, with a short fixed probe."""
     model = MLP((N_FEATURES, 16, 3))
@@ -385,9 +392,7 @@ def test_a_worker_lost_before_the_warm_starts_sample_is_survived(cluster, files,
     # The sample's tasks, pinned to their shards' workers, waited for the lost one forever.
     log = tmp_path / "run.jsonl"
     with Client(cluster) as client:
-        cluster.scale(4)  # a worker to lose, beside the module's three
-        client.wait_for_workers(4)
-        victim = list(cluster.workers.values())[-1]
+        victim = _a_fourth_worker(cluster, client)
         source = _LosesAWorkerBeforeTheSample(
             client, files / "rows.parquet", target="label", encode=_LABELS.transform,
             cluster=cluster, victim=victim,
@@ -406,9 +411,7 @@ def test_a_worker_lost_before_the_warm_starts_sample_is_survived(cluster, files,
 def test_a_lost_workers_rows_are_read_again_from_the_file(cluster, files, frame, tmp_path):
     log = tmp_path / "run.jsonl"
     with Client(cluster) as client:
-        cluster.scale(4)  # a worker to lose, beside the module's three
-        client.wait_for_workers(4)
-        victim = list(cluster.workers.values())[-1]
+        victim = _a_fourth_worker(cluster, client)
         source = WorkerRead(
             client, files / "rows.parquet", target="label", encode=_LABELS.transform
         )
