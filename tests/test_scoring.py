@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -481,8 +482,9 @@ def test_a_probe_that_outlasts_its_timeout_names_the_workers_still_probing(clien
     time.sleep(0.5)  # the cancelled probes' threads end before the next test
 
 
-def test_a_worker_that_leaves_during_a_probe_is_left_out_and_named():
-    # Its probe, pinned to it, would never end: the wait ran out the timeout and failed.
+@contextmanager
+def _one_of_two_workers_leaving():
+    """A cluster of two worker threads, one of which closes 0.3 s from now."""
     import threading
 
     from distributed import Client, LocalCluster
@@ -494,9 +496,27 @@ def test_a_worker_that_leaves_during_a_probe_is_left_out_and_named():
         staying, leaving = sorted(scheduler_workers(client))
         (worker,) = [w for w in cluster.workers.values() if w.address == leaving]
         threading.Timer(0.3, lambda: cluster.sync(worker.close)).start()
+        yield client, staying, leaving
+
+
+def test_a_worker_that_leaves_during_a_probe_is_left_out_and_named():
+    # Its probe, pinned to it, would never end: the wait ran out the timeout and failed.
+    with _one_of_two_workers_leaving() as (client, staying, leaving):
         result = probe_workers(client, LAYERS, seconds=1.0, timeout=30)
     assert result.lost == [leaving]
     assert set(result.speeds) == set(result.details) == {staying}
+    assert result.summary().endswith(f"; {leaving} left during it)")
+
+
+def test_score_workers_names_a_worker_that_left_during_its_probe():
+    # Its dict of speeds alone (as `hmdspt score` printed it) left the worker out unsaid.
+    with _one_of_two_workers_leaving() as (client, staying, leaving):
+        with pytest.warns(RuntimeWarning) as caught:
+            speeds = score_workers(client, LAYERS, seconds=1.0, timeout=30)
+    assert set(speeds) == {staying}
+    assert [str(w.message) for w in caught] == [
+        f"no speed for 1 worker(s) that left the cluster during the probe: {leaving}"
+    ]
 
 
 def test_score_workers_takes_the_cluster_as_the_estimators_client_does(client, tmp_path):

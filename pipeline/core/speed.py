@@ -327,12 +327,14 @@ class ProbeResult:
         return self.rows / n_rows_total
 
     def summary(self) -> str:
-        """One line for logs: duration, rows, why each worker stopped."""
+        """One line for logs: duration, rows, why each worker stopped, who left."""
         busy = max((d["busy_s"] for d in self.details.values()), default=0.0)
         stops = sorted({str(d.get("stop", "seconds")) for d in self.details.values()})
+        left = f"; {', '.join(self.lost)} left during it" if self.lost else ""
         return (
             f"probe of {len(self.details)} workers took {self.wall_s:.2f} s "
-            f"(longest busy {busy:.2f} s, {self.rows:,} rows, stopped by {'/'.join(stops)})"
+            f"(longest busy {busy:.2f} s, {self.rows:,} rows, stopped by {'/'.join(stops)}"
+            f"{left})"
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -289,7 +290,8 @@ def score_workers(
     Returns
     -------
     scores : dict of str to float
-        Samples per second by worker address (of the workers that stayed through the probe).
+        Samples per second by worker address, of the workers that stayed through the probe
+        (a ``RuntimeWarning`` names any that left during it).
 
     Notes
     -----
@@ -308,4 +310,11 @@ def score_workers(
     with connected(client) as client, blas_limit_for_own_workers(client):
         result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
     logger.info(result.summary())
+    if result.lost:  # the dict alone would leave them out without a word
+        warnings.warn(
+            f"no speed for {len(result.lost)} worker(s) that left the cluster during the "
+            f"probe: {', '.join(result.lost)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return result.speeds
