@@ -387,14 +387,11 @@ def _check_numeric_columns(X) -> None:
     dtypes = getattr(X, "dtypes", None)
     if dtypes is None or not hasattr(dtypes, "items"):  # not a data frame
         return
-    from hmdspt.parallel.readers import non_numeric_columns
+    from hmdspt.parallel.readers import _check_numeric, non_numeric_columns
 
     bad = non_numeric_columns(dtypes)
-    if bad:
-        raise ValueError(
-            f"non-numeric feature column(s) in X: {bad}; encode them first, e.g. with "
-            "sklearn.preprocessing.OneHotEncoder in a Pipeline"
-        )
+    # The readers' message: a file or Dask frame of the same columns is refused in its words.
+    _check_numeric({str(c): str(c) not in bad for c in dtypes.keys()}, "X", labels_known=True)
 
 
 def _json_float(value: float | None) -> float | str | None:

@@ -146,7 +146,7 @@ def test_non_numeric_columns_are_named_at_fit_and_predict():
         }
     )
     y = np.arange(12) % 2
-    message = r"non-numeric feature column\(s\) in X: \['color', 'size'\]; encode them first"
+    message = r"non-numeric feature column\(s\) in X: \['color', 'size'\]; encode or drop these"
     with pytest.raises(ValueError, match=message):
         BPNNClassifier((4,), max_iter=1).fit(X, y)
     numeric = X[["a", "flag"]].astype(float)
