@@ -155,6 +155,17 @@ def _rows_of(X):
     return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
 
 
+def _check_lazy_width(estimator, X) -> None:
+    """Refuse Dask ``X`` of another width when predictions are asked for, as scikit-learn
+    refuses an array: the block's check would only fail on the workers at compute time."""
+    width = len(X.columns) if _is_dask_frame(X) else (X.shape[1] if X.ndim == 2 else 1)
+    if not np.isnan(width) and width != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {width} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+
+
 def _blockwise(method, X, n_columns: int | None, dtype):
     """Apply ``method`` to every row block of Dask array or DataFrame ``X``; a Dask array.
 
@@ -1338,6 +1349,7 @@ class _BaseBPNN(BaseEstimator):
 
     def _lazy_predictions(self, X, model: MLP):
         """``model``'s predictions for Dask ``X``, a lazy Dask array (no estimator pickled)."""
+        _check_lazy_width(self, X)
         decode = self._label_binarizer.inverse_transform if is_classifier(self) else None
         width = _prediction_width(self)
         dtype = self.classes_.dtype if is_classifier(self) else model.dtype
@@ -1686,6 +1698,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
+            _check_lazy_width(self, X)
             return _blockwise(self.predict, X, _prediction_width(self), self.classes_.dtype)
         return self._predict(X)
 
@@ -1729,6 +1742,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
+            _check_lazy_width(self, X)
             width = 2 if self.n_outputs_ == 1 else self.n_outputs_
             return _blockwise(self.predict_proba, X, width, self._model.dtype)
         y_pred = self._forward(X)
@@ -2126,6 +2140,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
+            _check_lazy_width(self, X)
             return _blockwise(self.predict, X, _prediction_width(self), self._model.dtype)
         return self._predict(X)
 

@@ -208,6 +208,19 @@ def test_wrong_feature_count_at_predict(digits):
     clf.fit(X, y)
     with pytest.raises(ValueError, match="X has 10 features, but BPNNClassifier is expecting 64"):
         clf.predict(X[:, :10])
+    # Dask input of the wrong width is refused as predictions are asked for, not when they
+    # are computed (in a task on the workers, which log its traceback).
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+
+    narrow = da.from_array(X[:, :10], chunks=500)
+    for lazy in (narrow, dd.from_pandas(pd.DataFrame(X[:, :10]), npartitions=2)):
+        for method in (clf.predict, clf.predict_proba):
+            with pytest.raises(ValueError, match="X has 10 features, but BPNNClassifier is"):
+                method(lazy)
+    with pytest.raises(ValueError, match="X has 10 features, but BPNNClassifier is"):
+        clf.score(narrow, da.from_array(y, chunks=500))
 
 
 def test_empty_input():
