@@ -1096,6 +1096,7 @@ class _BaseBPNN(BaseEstimator):
         seed = int(self._random_state.randint(np.iinfo(np.int32).max))
         config = self._trainer_config(seed=seed, emulation=_emulation_of(client))
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
+        trainer.fingerprint_extra = self._labels_fingerprint()
         # The trainer's driver optimizer carries the schedule (and bsp's state).
         self._optimizer = trainer.driver_optimizer
         if sparse.issparse(X_train):
@@ -1198,10 +1199,18 @@ class _BaseBPNN(BaseEstimator):
         if self.resume and self.checkpoint_dir is None:
             raise ValueError("resume=True needs a checkpoint_dir to resume from")
 
+    def _labels_fingerprint(self) -> dict:
+        """A classifier's classes, which a checkpoint must match as its shape does: the
+        same number of other labels would resume into outputs that meant other classes."""
+        if not is_classifier(self):
+            return {}
+        return {"classes": [c.item() if hasattr(c, "item") else c for c in self.classes_]}
+
     def _in_process_fingerprint(self) -> dict:
         """What an in-process checkpoint must match to be resumed into this model."""
         return {
             **model_fingerprint(self._model, self.solver),
+            **self._labels_fingerprint(),
             # Not in a cluster fit's fingerprint, so neither kind resumes from the other:
             # a cluster's epochs are rounds of per-worker optimizers, not this optimizer.
             "fit": "in-process",

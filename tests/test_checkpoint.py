@@ -293,6 +293,11 @@ def test_resume_refuses_a_different_model(tmp_path):
         _trainer(tmp_path, solver="sgd", resume=True)._resume()
     with pytest.raises(CheckpointError, match="n_params: checkpoint has 10"):
         check_fingerprint({"n_params": 10}, {"n_params": 12})
+    # A classifier's classes are checked, but a checkpoint written before they were part of
+    # the fingerprint still resumes.
+    with pytest.raises(CheckpointError, match=r"classes: checkpoint has \[0, 1\]"):
+        check_fingerprint({"classes": [0, 1]}, {"classes": ["a", "b"]})
+    check_fingerprint({"n_params": 10}, {"n_params": 10, "classes": [0, 1]})
 
 
 def test_resume_needs_a_folder():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -110,6 +111,31 @@ def test_a_cluster_resume_refuses_an_in_process_checkpoint(data, tmp_path):
         ) as excinfo:
             clf.fit(X, y)
     _one_line(excinfo)
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_a_resume_refuses_a_checkpoint_of_other_classes(data, tmp_path, where):
+    # The same number of classes gave the same shape: the fit resumed into outputs that
+    # meant other labels.
+    X, y = data
+    named = np.array(["no", "yes"])[y]
+    with contextlib.ExitStack() as stack:
+        client = False
+        if where == "cluster":
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS)
+            )
+            client = stack.enter_context(Client(cluster))
+        params = {"client": client, "checkpoint_dir": tmp_path}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            BPNNClassifier((4,), max_iter=1, **params).fit(X, y)
+            other = r"classes: checkpoint has \[0, 1\], this fit has \['no', 'yes'\]"
+            with pytest.raises(CheckpointError, match=other) as excinfo:
+                BPNNClassifier((4,), max_iter=2, resume=True, **params).fit(X, named)
+            _one_line(excinfo)
+            resumed = BPNNClassifier((4,), max_iter=2, resume=True, **params).fit(X, y)
+    assert resumed.n_iter_ == 2
 
 
 def test_a_diverging_in_process_fit_warns_once_with_the_numbers():

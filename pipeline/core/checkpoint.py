@@ -271,6 +271,11 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
     return None
 
 
+#: Fingerprint fields added after checkpoints were first written: a checkpoint without one
+#: is not refused for it (a classifier's ``classes``).
+ADDED_KEYS = frozenset({"classes"})
+
+
 def model_fingerprint(model: Any, solver: str | None) -> dict[str, Any]:
     """What a checkpoint must match to be resumed into ``model`` (an ``hmdspt.core.nn.MLP``)
     trained by ``solver``; in-process and cluster fits add what tells them apart."""
@@ -311,7 +316,7 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> N
     diffs = [
         _difference(key, saved.get(key), current.get(key))
         for key in sorted(set(saved) | set(current))
-        if saved.get(key) != current.get(key)
+        if saved.get(key) != current.get(key) and (key in saved or key not in ADDED_KEYS)
     ]
     if diffs:
         raise CheckpointError(

@@ -212,6 +212,8 @@ class Trainer:
         self.batch_size = int(batch_size)
         self.config = config
         self.run_id = new_run_id()
+        # What else a checkpoint must match: the trainer sees encoded targets, not labels.
+        self.fingerprint_extra: dict[str, Any] = {}
         self.scorer = OnlineScorer()
         # Shares and re-balancing follow the round cost model (fixed cost + rows / speed,
         # over windows longer than a CPU scheduler period); moves are paid for from
@@ -683,8 +685,9 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def fingerprint(self) -> dict[str, Any]:
-        """What a checkpoint must match to be resumed into this model."""
-        return fingerprint(self.model, self.optimizer_kwargs)
+        """What a checkpoint must match to be resumed into this model (with
+        :attr:`fingerprint_extra`, what the caller adds: a classifier's classes)."""
+        return {**fingerprint(self.model, self.optimizer_kwargs), **self.fingerprint_extra}
 
     def state_dict(self) -> dict[str, Any]:
         """The fit's checkpointable state, copied: what a checkpoint holds.
