@@ -137,14 +137,17 @@ def _port(text: str) -> int:
 
 def _strategy_names(text: str) -> list[str]:
     """``--strategies``: comma-separated names of :data:`hmdspt.compare.STRATEGIES`."""
-    from hmdspt.compare import STRATEGIES  # only when the option is given: it loads sklearn
+    from hmdspt.compare import STRATEGIES, check_strategies  # only when given: loads sklearn
 
     names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [n for n in names if n not in STRATEGIES]
-    if unknown or not names:
-        what = f"unknown strategy {unknown[0]!r}" if unknown else f"no strategy in {text!r}"
-        raise argparse.ArgumentTypeError(f"{what}; choose from {', '.join(STRATEGIES)}")
-    return names
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"no strategy in {text!r}; choose from {', '.join(STRATEGIES)}"
+        )
+    try:
+        return check_strategies(names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_floats(text: str) -> tuple[float, ...]:

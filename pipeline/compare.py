@@ -17,6 +17,7 @@ import functools
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,25 @@ def log_figures(path: str | Path) -> dict[str, Any]:
     }
 
 
+def check_strategies(names: Sequence[str]) -> list[str]:
+    """The comparison's runs by name, each known and named once.
+
+    Raises
+    ------
+    ValueError
+        Naming the first unknown or repeated name: a run's log is named by its strategy,
+        so a second run of one would replace the first's.
+    """
+    names = list(names)
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}")
+    repeated = [n for i, n in enumerate(names) if n in names[:i]]
+    if repeated:
+        raise ValueError(f"strategy {repeated[0]!r} named twice; name each run once")
+    return names
+
+
 def run_comparison(
     client,
     X,
@@ -225,10 +245,7 @@ def run_comparison(
 
     if echo is None:
         echo = functools.partial(print, flush=True)
-    names = list(STRATEGIES) if strategies is None else list(strategies)
-    unknown = sorted(set(names) - set(STRATEGIES))
-    if unknown:
-        raise ValueError(f"unknown strategies {unknown}; choose from {list(STRATEGIES)}")
+    names = list(STRATEGIES) if strategies is None else check_strategies(strategies)
     if "bpnn-in-process" not in names:
         names.insert(0, "bpnn-in-process")  # it defines the target accuracy
     params = dict(params or {})

@@ -116,6 +116,8 @@ def test_lists_may_end_with_one_comma_as_a_one_item_tuple_is_written():
         (["train", "--in-process", "--data", "{tmp}/d.txt"], "unsupported data format '.txt'"),
         (["train", "--in-process", "--data", "{tmp}/gone.txt"], "unsupported data format"),
         (["compare", "--strategies", "hmdspt,nope"], "unknown strategy 'nope'"),
+        # Each run's log is named by its strategy: a second run replaced the first's.
+        (["compare", "--strategies", "hmdspt,local-equal,hmdspt"], "'hmdspt' named twice"),
         (["score", "--seconds", "-1"], "expected a positive number"),
         (["score", "--seconds", "nan"], "expected a positive number"),
         (["compare", "--max-seconds", "0"], "expected a positive number"),
