@@ -1,8 +1,8 @@
 """Workers remember their measured speed; a later fit of the same shape skips the probe.
 
 Emulated 2:1 clusters on worker threads of this process (what is remembered is a worker's
-own, whether it is a thread or a process) and one plain in-process cluster; the run log is
-the witness.
+own, whether it is a thread or a process) and one in-process cluster of equal workers, all
+of them slowed down ``SLOWER`` times more; the run log is the witness.
 """
 
 import warnings
@@ -18,23 +18,39 @@ from hmdspt.core.runlog import read_events
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
-from hmdspt.parallel.worker import MIN_REMEMBERED_BUSY_S, forget_speeds, remembered_speed, speed_key
+from hmdspt.parallel.worker import (
+    MIN_REMEMBERED_BUSY_S,
+    forget_speeds,
+    get_slowdowns,
+    remembered_speed,
+    set_slowdown,
+    speed_key,
+)
 
 pytestmark = pytest.mark.heavy(14)
 
 HIDDEN = (256, 256)  # enough compute per row that a short fit is remembered (>= 0.3 s busy)
+# Every worker emulates a machine this many times slower than this one: a fit is busy the
+# MIN_REMEMBERED_BUSY_S it needs on a quarter of the rows, its time asleep, not computing.
+SLOWER = 4
+
+
+def _slowed(client) -> None:
+    for address, k in get_slowdowns(client).items():
+        set_slowdown(client, address, k * SLOWER)
 
 
 @pytest.fixture(scope="module")
 def client():
     with local_cluster(speeds=(2, 1), processes=False) as cluster, Client(cluster) as c:
+        _slowed(c)
         yield c
 
 
 @pytest.fixture(scope="module")
 def data():
     X, y = make_classification(
-        n_samples=40_000, n_features=20, n_informative=10, n_classes=3, random_state=0
+        n_samples=5_000, n_features=20, n_informative=10, n_classes=3, random_state=0
     )
     return X.astype(np.float32), np.eye(3, dtype=np.float32)[y]
 
@@ -44,9 +60,9 @@ def _fit(client, data, log, hidden=HIDDEN, epochs=3, batch_size=128, **config):
     model = MLP((X.shape[1], *hidden, Y.shape[1]))
     model.initialize(np.random.RandomState(0))
     config.setdefault("rounds_per_epoch", 2)
-    # A fixed probe: at 20,000 rows a worker these fits sit at the size below which a fit
-    # skips the adaptive probe (hmdspt.core.speed.probe_pays, at the driver's measured
-    # speed), and what these tests check is what replaces a probe.
+    # A fixed probe: at 2,500 rows a worker these fits are too small for the adaptive probe
+    # to pay (hmdspt.core.speed.probe_pays, at the driver's measured speed), and what these
+    # tests check is what replaces a probe.
     config.setdefault("probe_seconds", 0.2)
     trainer = Trainer(
         client,
@@ -222,6 +238,7 @@ def test_in_process_workers_keep_their_own_round_state_and_memory_on_their_plugi
         ) as cluster,
         Client(cluster) as c,
     ):
+        _slowed(c)
         trainer, events = _fit(c, data, tmp_path / "threads.jsonl", record_row_ids=True)
         for seen in trainer.rows_seen.values():
             assert (seen == 1).all()
