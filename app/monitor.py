@@ -74,6 +74,10 @@ __all__ = ["Comparison", "Monitor", "RunMonitor", "dashboard", "served_page"]
 
 log = logging.getLogger("hmdspt.monitor")
 
+#: A running fit that writes no event for this long gets a note that its driver may have
+#: stopped: rounds log every few seconds; staging or an evaluation can take minutes.
+STALLED_AFTER_S = 300.0
+
 KIND_COLORS = {"busy": "#3182bd", "comm": "#fd8d3c", "idle": "#de2d26"}
 KIND_LABELS = {"busy": "busy (computing)", "comm": "communication", "idle": "idle (waiting)"}
 MARKER_STYLE = {
@@ -136,6 +140,18 @@ class _Message(pn.pane.HTML):
     """
 
     _stylesheets = pn.pane.Alert._stylesheets
+
+
+def _stalled_text(silent_s: float, latest: float) -> str:
+    """The note on a running fit that has logged nothing for ``silent_s`` seconds."""
+    minutes = silent_s / 60
+    ago = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(latest))
+    return (
+        f"No event for {ago} (the last at {at}), and the run has not ended: its driver may "
+        "have stopped without writing run_end (killed, or its machine lost). A fit in one "
+        "long step, such as staging a large data set, writes nothing meanwhile."
+    )
 
 
 def _message(text: str, kind: str = "info") -> _Message:
@@ -626,6 +642,9 @@ class RunMonitor(param.Parameterized):
             text = f"Run {d.status} after {counted(d.n_rounds, 'round')}"
             text += f": {reason}" if reason else " (no reason logged)."
             out.append(_message(text, kind))
+        silent = d.silent_for(time.time())
+        if silent is not None and silent >= STALLED_AFTER_S:
+            out.append(_message(_stalled_text(silent, d.latest), "warning"))
         if d.torn_bytes:
             out.append(
                 _message(

@@ -367,6 +367,21 @@ class RunData:
             return "running"
         return str(self.end.get("status") or "ended")
 
+    def silent_for(self, now: float) -> float | None:
+        """Seconds at ``now`` (Unix time) since a running fit's last sign of life.
+
+        The later of its latest event and the log's modification time; None once the run
+        has ended or before it has written an event. A driver that was killed, or whose
+        machine was lost, never writes ``run_end``: its run stays "running" for good.
+        """
+        if self.end is not None or self.latest is None:
+            return None
+        try:
+            last = max(self.latest, self.path.stat().st_mtime)
+        except OSError:  # removed or unreadable: the event times are all there is
+            last = self.latest
+        return max(0.0, now - last)
+
     @property
     def skipped_lines(self) -> int:
         """Complete lines of the log skipped as malformed: not JSON, too long or too deep,

@@ -335,6 +335,23 @@ def test_failed_run_shows_status_and_reason(tmp_path):
     assert "failed" in _texts(mon.header())
 
 
+def test_a_run_that_has_logged_nothing_for_long_says_its_driver_may_have_stopped(tmp_path):
+    # A killed driver writes no run_end: its run showed "running" for good, after the fact.
+    hour_ago = time.time() - 3600
+    stopped, live = tmp_path / "stopped.jsonl", tmp_path / "live.jsonl"
+    make_log(stopped, 3, status=None, seed=7, start_time=hour_ago).log.close()
+    os.utime(stopped, (hour_ago + 10, hour_ago + 10))
+    note = "its driver may have stopped without writing run_end"
+    texts = [m.object for m in _messages(RunMonitor(path=str(stopped)).header())]
+    assert any(note in t and re.search(r"No event for \d+ min", t) for t in texts), texts
+    make_log(live, 3, status=None, seed=7).log.close()
+    assert note not in _texts(RunMonitor(path=str(live)).header())
+    ended = tmp_path / "ended.jsonl"
+    make_log(ended, 3, seed=7, start_time=hour_ago)
+    os.utime(ended, (hour_ago + 10, hour_ago + 10))
+    assert note not in _texts(RunMonitor(path=str(ended)).header())
+
+
 def test_folder_without_logs_and_missing_path_give_messages(tmp_path):
     (tmp_path / "empty_folder").mkdir()
     for path, words in (
