@@ -166,6 +166,14 @@ def _check_lazy_width(estimator, X) -> None:
         )
 
 
+def _unless_empty(method, n_columns: int | None, dtype, block) -> np.ndarray:
+    """``method(block)``, or an empty output for a block of no rows (a filter's): the
+    estimator's checks refuse 0 samples, which failed the whole prediction."""
+    if len(block) == 0:
+        return np.empty((0,) if n_columns is None else (0, n_columns), dtype)
+    return method(block)
+
+
 def _blockwise(method, X, n_columns: int | None, dtype):
     """Apply ``method`` to every row block of Dask array or DataFrame ``X``; a Dask array.
 
@@ -173,6 +181,7 @@ def _blockwise(method, X, n_columns: int | None, dtype):
     """
     if _is_dask_frame(X):
         method = functools.partial(_on_frame, method, dict(X.dtypes.items()))
+    method = functools.partial(_unless_empty, method, n_columns, dtype)
     X = _rows_of(X)
     X = X.rechunk({1: -1})  # whole rows in every block
     if n_columns is None:
@@ -211,12 +220,13 @@ def _refuse_missing_labels_of_block(labels: np.ndarray, rows: np.ndarray) -> Non
 
 
 def _refuse_non_finite_targets_of_block(targets: np.ndarray, rows: np.ndarray) -> None:
+    from hmdspt.core.shard import as_rows
     from hmdspt.parallel.readers import non_finite_error
 
-    bad = ~np.isfinite(targets.reshape(len(targets), -1))
+    bad = ~np.isfinite(as_rows(targets))
     if bad.any():
         row, column = np.argwhere(bad)[0]
-        value = float(targets.reshape(len(targets), -1)[row, column])
+        value = float(as_rows(targets)[row, column])
         raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
 
 
@@ -725,14 +735,26 @@ class _BaseBPNN(BaseEstimator):
                 _check_numeric_columns(X)
                 names = [str(c) for c in X.columns]
             (X, y, sample_weight), held_out = self._held_out_split(client, X, y, sample_weight)
-        source = WorkerRead(
-            client,
-            X,
-            None if label_column else y,
-            target=label_column,
-            sample_weight=sample_weight,
-            feature_names=names,
-        )
+        try:
+            source = WorkerRead(
+                client,
+                X,
+                None if label_column else y,
+                target=label_column,
+                sample_weight=sample_weight,
+                feature_names=names,
+            )
+        except ValueError as exc:
+            from hmdspt.parallel.shards import NO_ROWS
+
+            if held_out is None or str(exc) != NO_ROWS:
+                raise
+            # X had rows: the validation part took them all ("X has no rows" misled).
+            raise ValueError(
+                f"validation_fraction={self.validation_fraction} held out every row of X for "
+                "early stopping: none is left to train on; lower validation_fraction or "
+                "give more rows"
+            ) from None
         self._set_n_features(source.n_features, source.feature_names, reset=first_pass)
         n_outputs, source.encode = self._targets_from(source, client, incremental)
         layers = [source.n_features, *hidden, n_outputs]

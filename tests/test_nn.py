@@ -15,6 +15,7 @@ from hmdspt.core.nn import (
     minibatch_pass,
     weighted_targets,
 )
+from hmdspt.core.shard import as_rows
 
 HIDDEN = ["identity", "logistic", "tanh", "relu"]
 OUTPUTS = ["softmax", "logistic", "identity"]
@@ -275,3 +276,19 @@ def test_softmax_rows_far_below_the_batch_maximum_stay_exact():
         z = logits.astype(dtype)
         _activate_inplace("softmax", z)
         np.testing.assert_allclose(z, softmax(logits, axis=1), rtol=1e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("out", ["softmax", "logistic", "identity"])
+def test_an_empty_batch_gives_an_empty_output(out):
+    # A Dask block a filter emptied: the softmax took the maximum of no values.
+    model = MLP((4, 3, 5), out_activation=out)
+    model.initialize(np.random.RandomState(0))
+    assert model.forward(np.empty((0, 4), model.dtype)).shape == (0, 5)
+
+
+def test_rows_of_any_array_even_an_empty_one():
+    assert as_rows(np.arange(3)).shape == (3, 1)
+    assert as_rows(np.empty((0, 4))).shape == (0, 4)
+    assert as_rows(np.empty(0)).shape == (0, 1)
+    assert as_rows(np.zeros((0, 2, 3))).shape == (0, 6)  # reshape(0, -1) raised here
+    assert as_rows(np.zeros((2, 2, 3))).shape == (2, 6)

@@ -762,3 +762,30 @@ def test_sample_weights_of_dask_input_travel_with_their_rows(client):
     assert in_region["ignored"] < in_region["dask"] - 0.1, in_region
     with pytest.raises(ValueError, match="Negative values in data passed to `sample_weight`"):
         _fit(BPNNClassifier(**params), dX, dy, sample_weight=-da.ones(len(X), chunks=1000))
+
+
+def test_blocks_a_filter_emptied_are_fitted_predicted_and_scored(client, frame):
+    """A filter (``X[X[:, 0] > t]``) or a held-out split can leave a Dask block with no
+    rows. Training read one with ``reshape(0, -1)`` ("cannot reshape array of size 0"),
+    predictions ran scikit-learn's checks on it ("Found array with 0 sample(s)"), and the
+    network's softmax took its maximum ("zero-size array to reduction")."""
+    features, labels = frame.drop(columns="label").to_numpy(), frame["label"].to_numpy()
+    X, y = da.from_array(features, chunks=1500), da.from_array(labels, chunks=1500)
+    # Rows of the last two blocks only: the first two are empty.
+    keep = (da.arange(N_ROWS, chunks=1500) >= 3000) & (X[:, 0] > 0)
+    kept = (np.arange(N_ROWS) >= 3000) & (features[:, 0] > 0)
+    model = _fit(BPNNClassifier(**PARAMS, client=client), X[keep], y[keep])
+    predicted = model.predict(X[keep]).compute()
+    assert predicted.shape == (kept.sum(),)
+    assert model.score(X[keep], y[keep]) == pytest.approx(model.score(features[kept], labels[kept]))
+    _fit(BPNNClassifier(**PARAMS, client=client), X, y, eval_set=(X[keep], y[keep]))
+    # Early stopping's split of 50 rows in blocks of 10: some training blocks are empty.
+    small_X = da.from_array(features[:50], chunks=10)
+    small_y = da.from_array(labels[:50], chunks=10)
+    stopping = dict(PARAMS, early_stopping=True, validation_fraction=0.9, client=client)
+    assert _fit(BPNNClassifier(**stopping), small_X, small_y).n_iter_ >= 1
+    # All rows held out (random_state=1 holds out all 50 at 0.9999; 0 keeps one): said so,
+    # not "X has no rows".
+    every_row = dict(stopping, validation_fraction=0.9999, random_state=1)
+    with pytest.raises(ValueError, match=r"validation_fraction=0\.9999 held out every row"):
+        _fit(BPNNClassifier(**every_row), small_X, small_y)

@@ -83,7 +83,8 @@ def _softmax_inplace(
     of the softmax, and the row sums are a BLAS matrix-vector product.
     """
     np.copyto(logits, z)
-    z -= z.max()
+    if len(z):  # an empty batch (a block a filter emptied) has no maximum
+        z -= z.max()
     np.exp(z, out=z)
     np.matmul(z, ones_cols, out=row_sums)
     weak = row_sums < np.finfo(z.dtype).tiny * 1e8

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ class DataError(ValueError):
     for bad input; a fit raises it as it is, not as a failure of the cluster."""
 
 
-__all__ = ["DataError", "Shard", "first_non_finite"]
+__all__ = ["DataError", "Shard", "as_rows", "first_non_finite"]
 
 
 @dataclass(eq=False)
@@ -117,10 +118,20 @@ def _unsort(sorted_rows: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
-def _as_features(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def as_rows(a: Any) -> np.ndarray:
+    """``a`` as a 2-d array of one row per entry of its first axis (1-d: one column).
+
+    Not ``reshape(len(a), -1)``: numpy cannot infer the ``-1`` of an empty array, and a
+    block a filter or a held-out split emptied is one (``cannot reshape array of size 0``).
+    """
     a = np.asarray(a)
-    a = a.reshape(len(a), -1)
-    return np.ascontiguousarray(a, dtype=dtype)
+    if a.ndim == 2:
+        return a
+    return a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
+
+
+def _as_features(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return np.ascontiguousarray(as_rows(a), dtype=dtype)
 
 
 # Run on the workers (re-balancing, recovery, the label check): numpy only, so a worker
@@ -194,7 +205,7 @@ def _shard_non_finite(shard: Shard, part: str = "X") -> tuple[int, int, float] |
         return first_non_finite(shard.X, shard.row_ids)
     if shard.y is None:
         return None
-    return first_non_finite(shard.y.reshape(len(shard.y), -1), shard.row_ids)
+    return first_non_finite(as_rows(shard.y), shard.row_ids)
 
 
 def _held_ids(shard: Shard) -> np.ndarray:
@@ -207,8 +218,7 @@ def _encode_shard(shard: Shard, encode: Callable[[np.ndarray], np.ndarray], dtyp
     Sample weights read with the labels become the targets' last column (weighted
     targets, as :func:`hmdspt.core.nn.weighted_targets` makes them).
     """
-    Y = np.asarray(encode(shard.y))
-    Y = Y.reshape(len(Y), -1)
+    Y = as_rows(encode(shard.y))
     if shard.weights is not None:
         if (shard.weights < 0).any():
             raise ValueError("Negative values in data passed to `sample_weight`.")

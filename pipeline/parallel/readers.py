@@ -35,6 +35,7 @@ from hmdspt.core.shard import (
     _shard_ids,
     _sorted_order,
     _unsort,
+    as_rows,
     first_non_finite,
 )
 
@@ -160,7 +161,7 @@ def missing_labels(labels: np.ndarray) -> np.ndarray:
     """Per row of ``labels``, whether it misses a label (None, NaN or NA)."""
     import pandas as pd
 
-    return pd.isna(labels).reshape(len(labels), -1).any(axis=1)
+    return as_rows(pd.isna(labels)).any(axis=1)
 
 
 def missing_label_error(source: str | None, row: int, whole: bool = True) -> DataError:

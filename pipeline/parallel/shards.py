@@ -58,6 +58,7 @@ from hmdspt.core.shard import (
     _permutation,
     _shard_non_finite,
     _unique_labels,
+    as_rows,
 )
 from hmdspt.parallel.client import (
     WorkerLostError,
@@ -150,7 +151,7 @@ def _assemble_shard(
     X = np.empty((n, n_features), dtype=dtype)
     row_ids = np.empty(n, dtype=np.int64)
     for pos, gids, values in x_parts:
-        X[pos] = values.reshape(len(values), -1)
+        X[pos] = as_rows(values)
         row_ids[pos] = gids
     y = None
     if y_parts is not None:
