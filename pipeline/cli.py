@@ -486,6 +486,7 @@ def _logged_summary(path) -> dict:
 def cmd_train(args: argparse.Namespace) -> int:
     from sklearn.exceptions import ConvergenceWarning
 
+    from hmdspt.core.prediction import counted
     from hmdspt.estimator import BPNNClassifier
 
     run_log = Path(args.run_dir)  # a folder: the trainer writes <run_id>.jsonl into it
@@ -505,7 +506,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             clf.fit(X_train, y_train)
             wall = time.perf_counter() - start
             accuracy = clf.score(X_test, y_test)
-            print(f"fit: in-process, {clf.n_iter_} epochs, {wall:.2f} s, loss {clf.loss_:.4f}")
+            epochs = counted(clf.n_iter_, "epoch")
+            print(f"fit: in-process, {epochs}, {wall:.2f} s, loss {clf.loss_:.4f}")
         else:
             pending = _read_while_the_cluster_starts(args)
             stack, client, label = _cluster_and_client(args)
@@ -529,7 +531,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 # While the cluster is up: Dask test data is scored by its workers.
                 accuracy = float(clf.score(X_test, y_test))
             print(
-                f"fit: sync={args.sync}, partition={args.partition}, {clf.n_iter_} epochs, "
+                f"fit: sync={args.sync}, partition={args.partition}, "
+                f"{counted(clf.n_iter_, 'epoch')}, "
                 f"{wall:.2f} s, loss {clf.loss_:.4f}"
             )
             # Utilisation from the run log's summary, the one place it is computed.
@@ -560,8 +563,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
             fit_wall = summary.get("fit_wall_s")
             print(
-                f"util %: busy s over the fit's {'-' if fit_wall is None else f'{fit_wall:.2f}'}"
-                " s wall time from the fit() call (staging, probe, warm start, re-balancing, "
+                f"util %: busy s over the {'-' if fit_wall is None else f'{fit_wall:.2f}'} s "
+                "from the fit() call to the run log's run_end, the fit line's time less the "
+                "estimator's last steps (staging, probe, warm start, re-balancing, "
                 "communication and waiting count as not computing); idle % is over the "
                 "rounds' wall time"
             )

@@ -120,10 +120,12 @@ def test_train_worker_table_shows_utilisation_beside_idle(emulated_train):
     lines = result.stdout.splitlines()
     (header,) = [line for line in lines if line.split()[:2] == ["worker", "samples/s"]]
     assert header.split()[-4:] == ["idle", "%", "util", "%"]  # the last column, beside idle
-    # Labelled: what the column is over.
-    assert any(line.startswith("util %: busy s over the fit's") for line in lines)
     (log,) = tmp_path.glob("*.jsonl")
-    summary = read_events(log)[-1]["summary"]  # the run log's summary: one source of truth
+    run_end = read_events(log)[-1]
+    # Labelled: what the column is over, the run log's wall time (not the fit line's).
+    fit_wall = f"{run_end['wall_s']:.2f} s from the fit() call to the run log's run_end"
+    assert any(line.startswith(f"util %: busy s over the {fit_wall}") for line in lines), lines
+    summary = run_end["summary"]  # the run log's summary: one source of truth
     for name, w in summary["workers"].items():
         (row,) = [line for line in lines if line.startswith(name + " ")]
         assert float(row.split()[-1]) == pytest.approx(100 * w["utilisation"], abs=0.051)
