@@ -340,6 +340,31 @@ def test_divergence_message_stays_quiet_on_normal_fits(solver):
         assert _prefixes_warned(fit.loss_curve_) == [], fit.loss_curve_
 
 
+def test_an_exception_of_the_callers_on_round_ends_the_fit_as_it_is(client, tmp_path):
+    # The caller's code, the caller's exception: it was raised as a TrainingError, so
+    # `except KeyError` in the caller's own code did not catch it.
+    X, _, Y = _data(600)
+    log = tmp_path / "callback.jsonl"
+    trainer = Trainer(client, _model(), _ADAM, 128, _config(log, rounds_per_epoch=2))
+
+    def on_round(record) -> None:
+        if record.round == 2:
+            raise KeyError("the caller's bug")
+
+    with pytest.raises(KeyError, match="the caller's bug"):
+        trainer.fit(X, Y, max_epochs=3, on_round=on_round)
+    end = read_events(log)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed"
+    assert end["reason"] == 'on_round raised KeyError: "the caller\'s bug"'
+    assert all(not n for n in client.run(_runs_held).values())  # the workers let it go
+
+
+def _runs_held(dask_worker) -> int:
+    from hmdspt.parallel.worker import WORKER_PLUGIN_NAME
+
+    return len(dask_worker.plugins[WORKER_PLUGIN_NAME].runs)
+
+
 def test_fewer_rows_than_workers_trains_on_the_fastest_workers(client, tmp_path):
     X, _, Y = _data(2)
     log = tmp_path / "two-rows.jsonl"

@@ -154,6 +154,15 @@ def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
 _INTERRUPTED = "interrupted (KeyboardInterrupt)"
 
 
+class _CallerError(Exception):
+    """What the caller's ``on_round`` raised, carried out of the loop to be raised as it is
+    (not as a :class:`TrainingError`: the caller's code, the caller's exception)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 def _raised_by_an_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` was raised while a ``KeyboardInterrupt`` was being handled."""
     seen: set[int] = set()
@@ -409,7 +418,7 @@ class Trainer:
         on_round : callable, optional
             ``on_round(record)``: called with each round's :class:`RoundRecord` once it
             is complete (merged, scored, logged), e.g. to draw progress; an exception it
-            raises ends the fit.
+            raises ends the fit (``run_end`` failed, naming it) and is raised as it is.
         on_score : callable, optional
             ``on_score(training_s, score)``: called, in order and from this thread, with
             each held-out score (the warm start's, then the rounds') and the training
@@ -617,6 +626,9 @@ class Trainer:
         except KeyboardInterrupt:
             status, reason = "stopped", _INTERRUPTED
             raise
+        except _CallerError as exc:
+            reason = f"on_round raised {type(exc.error).__name__}: {exc.error}"
+            raise exc.error from None
         except Exception as exc:
             if _raised_by_an_interrupt(exc):
                 # A Ctrl-C that lands inside a lock's wait surfaces as the lock's own
@@ -899,7 +911,10 @@ class Trainer:
             self._on_score(record.training_s, record.val_score)
         self._log("round", val_score=record.val_score, **fields)
         if self._on_round is not None:
-            self._on_round(record)
+            try:
+                self._on_round(record)
+            except Exception as exc:
+                raise _CallerError(exc) from exc
 
     # ------------------------------------------------- membership and recovery
     def _sync_membership(self, grace_s: float = 0.0) -> None:
