@@ -528,6 +528,9 @@ def test_score_workers_takes_the_cluster_as_the_estimators_client_does(client, t
     with client.as_current():
         assert len(score_workers(None, layers, seconds=0.05)) == 2
     assert client.status == "running"  # the caller's client is left open
+    # A worker to probe that is not in the cluster: named as such, not as one that left.
+    with pytest.raises(ValueError, match="not workers of this cluster: tcp://192.0.2.9:1"):
+        score_workers(client, layers, seconds=0.05, workers=["tcp://192.0.2.9:1"])
     # Without any client (a process of its own: this one has the fixture's): no new
     # cluster is started to be probed.
     code = (

@@ -308,6 +308,15 @@ def score_workers(
                 "scheduler address or a scheduler file"
             ) from None
     with connected(client) as client, blas_limit_for_own_workers(client):
+        if options.get("workers") is not None:
+            # A worker never in the cluster would be reported as one that left it.
+            known = scheduler_workers(client)
+            unknown = [a for a in options["workers"] if a not in known]
+            if unknown:
+                raise ValueError(
+                    f"score_workers: not workers of this cluster: {', '.join(map(str, unknown))}"
+                    f" (its workers: {', '.join(sorted(known)) or 'none'})"
+                )
         result = probe_workers(client, layer_sizes, seconds, batch_size, **options)
     logger.info(result.summary())
     if result.lost:  # the dict alone would leave them out without a word
