@@ -48,6 +48,7 @@ from sklearn.utils.multiclass import (
     unique_labels,
 )
 from sklearn.utils.validation import (
+    _check_feature_names,
     _check_sample_weight,
     check_is_fitted,
     column_or_1d,
@@ -155,9 +156,14 @@ def _rows_of(X):
     return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
 
 
-def _check_lazy_width(estimator, X) -> None:
-    """Refuse Dask ``X`` of another width when predictions are asked for, as scikit-learn
-    refuses an array: the block's check would only fail on the workers at compute time."""
+def _check_lazy_input(estimator, X) -> None:
+    """Refuse Dask ``X`` of another width, or a Dask data frame of non-numeric or other
+    columns, when predictions are asked for, as scikit-learn refuses an array or a frame
+    in memory: each block's check would only fail on the workers at compute time."""
+    if _is_dask_frame(X):
+        _check_numeric_columns(X)
+        # Its empty pandas meta: scikit-learn reads no names from a Dask frame itself.
+        _check_feature_names(estimator, X._meta, reset=False)
     width = len(X.columns) if _is_dask_frame(X) else (X.shape[1] if X.ndim == 2 else 1)
     if not np.isnan(width) and width != estimator.n_features_in_:
         raise ValueError(
@@ -1380,7 +1386,7 @@ class _BaseBPNN(BaseEstimator):
 
     def _lazy_predictions(self, X, model: MLP):
         """``model``'s predictions for Dask ``X``, a lazy Dask array (no estimator pickled)."""
-        _check_lazy_width(self, X)
+        _check_lazy_input(self, X)
         decode = self._label_binarizer.inverse_transform if is_classifier(self) else None
         width = _prediction_width(self)
         dtype = self.classes_.dtype if is_classifier(self) else model.dtype
@@ -1729,7 +1735,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            _check_lazy_width(self, X)
+            _check_lazy_input(self, X)
             return _blockwise(self.predict, X, _prediction_width(self), self.classes_.dtype)
         return self._predict(X)
 
@@ -1773,7 +1779,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            _check_lazy_width(self, X)
+            _check_lazy_input(self, X)
             width = 2 if self.n_outputs_ == 1 else self.n_outputs_
             return _blockwise(self.predict_proba, X, width, self._model.dtype)
         y_pred = self._forward(X)
@@ -2171,7 +2177,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            _check_lazy_width(self, X)
+            _check_lazy_input(self, X)
             return _blockwise(self.predict, X, _prediction_width(self), self._model.dtype)
         return self._predict(X)
 

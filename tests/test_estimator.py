@@ -223,6 +223,24 @@ def test_wrong_feature_count_at_predict(digits):
         clf.score(narrow, da.from_array(y, chunks=500))
 
 
+def test_a_dask_frame_of_other_or_non_numeric_columns_is_refused_at_predict(digits):
+    # As the wrong width: the blocks' own checks failed only when computed, on the workers.
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, y = digits
+    frame = pd.DataFrame(X[:, :4], columns=["a", "b", "c", "d"])
+    _quiet()
+    clf = BPNNClassifier((8,), max_iter=2, random_state=0).fit(frame, y)
+    renamed = dd.from_pandas(frame.rename(columns={"d": "e"}), npartitions=2)
+    text = dd.from_pandas(frame.assign(d="x"), npartitions=2)
+    for method in (clf.predict, clf.predict_proba):
+        with pytest.raises(ValueError, match="feature names should match"):
+            method(renamed)
+        with pytest.raises(ValueError, match=r"non-numeric feature column\(s\) in X: \['d'\]"):
+            method(text)
+
+
 def test_empty_input():
     with pytest.raises(ValueError, match="0 sample"):
         BPNNClassifier().fit(np.empty((0, 3)), np.empty(0))
