@@ -841,6 +841,8 @@ class _BaseBPNN(BaseEstimator):
                 f"eval_set has {n_features} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input."
             )
+        if _is_dask_frame(X):  # its columns checked as an eval_set in memory is
+            _check_lazy_input(self, X)
         if not _is_lazy(y):
             import dask.array as da
 

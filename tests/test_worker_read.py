@@ -789,3 +789,12 @@ def test_blocks_a_filter_emptied_are_fitted_predicted_and_scored(client, frame):
     every_row = dict(stopping, validation_fraction=0.9999, random_state=1)
     with pytest.raises(ValueError, match=r"validation_fraction=0\.9999 held out every row"):
         _fit(BPNNClassifier(**every_row), small_X, small_y)
+
+
+def test_a_dask_eval_set_of_other_columns_is_refused_as_one_in_memory_is(client, frame):
+    # It was scored as arrays, by position: renamed columns went unnoticed.
+    ddf = dd.from_pandas(frame, npartitions=2)
+    renamed = ddf.rename(columns={"f0": "other"})
+    model = BPNNClassifier(**PARAMS, client=client)
+    with pytest.raises(ValueError, match="feature names should match"):
+        _fit(model, ddf, "label", eval_set=(renamed, "label"))
