@@ -800,6 +800,10 @@ class _BaseBPNN(BaseEstimator):
                     f"X has {n_features} features, but {type(self).__name__} is expecting "
                     f"{self.n_features_in_} features as input."
                 )
+            if names is not None:  # a Dask frame's or a file's: checked as a frame's are
+                import pandas as pd
+
+                _check_feature_names(self, pd.DataFrame(columns=names), reset=False)
             return
         self.n_features_in_ = n_features
         if names is not None:

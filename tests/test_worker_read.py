@@ -791,10 +791,14 @@ def test_blocks_a_filter_emptied_are_fitted_predicted_and_scored(client, frame):
         _fit(BPNNClassifier(**every_row), small_X, small_y)
 
 
-def test_a_dask_eval_set_of_other_columns_is_refused_as_one_in_memory_is(client, frame):
-    # It was scored as arrays, by position: renamed columns went unnoticed.
+def test_dask_frames_of_other_columns_are_refused_as_frames_in_memory_are(client, frame):
+    # An eval_set was scored as arrays, by position, and a warm start's frame was checked
+    # for its width only: renamed columns went unnoticed in both.
     ddf = dd.from_pandas(frame, npartitions=2)
     renamed = ddf.rename(columns={"f0": "other"})
     model = BPNNClassifier(**PARAMS, client=client)
     with pytest.raises(ValueError, match="feature names should match"):
         _fit(model, ddf, "label", eval_set=(renamed, "label"))
+    _fit(model.set_params(warm_start=True), ddf, "label")
+    with pytest.raises(ValueError, match="feature names should match"):
+        _fit(model, renamed, "label")
