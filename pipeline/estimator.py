@@ -165,11 +165,8 @@ def _check_lazy_input(estimator, X) -> None:
         # Its empty pandas meta: scikit-learn reads no names from a Dask frame itself.
         _check_feature_names(estimator, X._meta, reset=False)
     width = len(X.columns) if _is_dask_frame(X) else (X.shape[1] if X.ndim == 2 else 1)
-    if not np.isnan(width) and width != estimator.n_features_in_:
-        raise ValueError(
-            f"X has {width} features, but {type(estimator).__name__} is expecting "
-            f"{estimator.n_features_in_} features as input."
-        )
+    if not np.isnan(width):
+        estimator._set_n_features(width, None, reset=False)
 
 
 def _unless_empty(method, n_columns: int | None, dtype, block) -> np.ndarray:
