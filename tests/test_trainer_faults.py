@@ -96,18 +96,28 @@ def _probing(client) -> bool:
     return any("probe_task" in str(k) for keys in client.processing().values() for k in keys)
 
 
+def _fit_killing_the_last_worker(
+    moment, X, Y, config: TrainerConfig, max_epochs: int, poll_s: float = 0.001
+) -> tuple[Trainer, str]:
+    """A fit on three process workers whose last (:func:`_last_worker`) is SIGKILLed as
+    soon as ``moment(client)`` holds; the trainer and the victim's name."""
+    with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
+        victim, victim_name = _last_worker(client)
+        killer = _when(lambda: moment(client), lambda: _kill(cluster, victim), poll_s=poll_s)
+        trainer = Trainer(client, _model(), _ADAM, 256, config)
+        trainer.fit(X, Y, max_epochs=max_epochs)
+        killer.join()
+    return trainer, victim_name
+
+
 @pytest.mark.timeout(300)
 def test_a_worker_lost_while_the_rows_are_first_staged_is_survived(tmp_path):
     # Large enough that staging three shards takes tens of milliseconds.
     X, _, Y = _data(200_000)
     log = tmp_path / "staging-kill.jsonl"
-    with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
-        # Shards are sent in address order: the last one's scatter starts last.
-        victim, victim_name = _last_worker(client)
-        killer = _when(_staging, lambda: _kill(cluster, victim))
-        trainer = Trainer(client, _model(), _ADAM, 256, _config(log, rounds_per_epoch=2))
-        trainer.fit(X, Y, max_epochs=2)
-        killer.join()
+    # Shards are sent in address order: the last one's scatter starts last.
+    config = _config(log, rounds_per_epoch=2)
+    trainer, victim_name = _fit_killing_the_last_worker(lambda client: _staging(), X, Y, config, 2)
     events = read_events(log)
     lost = [e for e in events if e["event"] == "worker_lost"]
     assert [(e["worker"], e["round"]) for e in lost] == [(victim_name, 0)]
@@ -123,13 +133,8 @@ def test_a_worker_lost_during_the_speed_probe_is_survived(tmp_path):
     # It was waited on for the probe's timeout (70 s), and then the fit failed.
     X, _, Y = _data(20_000)
     log = tmp_path / "probe-kill.jsonl"
-    with local_cluster(speeds=(1, 1, 1)) as cluster, Client(cluster) as client:
-        victim, victim_name = _last_worker(client)
-        killer = _when(lambda: _probing(client), lambda: _kill(cluster, victim), poll_s=0.005)
-        config = TrainerConfig(run_log=str(log), probe_seconds=1.0, record_row_ids=True)
-        trainer = Trainer(client, _model(), _ADAM, 256, config)
-        trainer.fit(X, Y, max_epochs=1)
-        killer.join()
+    config = TrainerConfig(run_log=str(log), probe_seconds=1.0, record_row_ids=True)
+    trainer, victim_name = _fit_killing_the_last_worker(_probing, X, Y, config, 1, poll_s=0.005)
     events = read_events(log)
     names = [w["name"] for w in events[0]["workers"]]
     before = events[: next(i for i, e in enumerate(events) if e["event"] == "partition")]
