@@ -146,3 +146,43 @@ def test_a_failed_fit_leaves_no_event_handler_either(client):
         trainer.fit(X, Y, max_epochs=2, on_round=fail)
     assert "all" not in client._event_handlers
     assert client.id not in _scheduler_subscribers(client)
+
+
+def test_memberships_open_at_once_on_one_client_share_its_subscription(cluster):
+    # Two fits at once on one client (a search on joblib's threading backend): the first to
+    # end unsubscribed the client, so the other saw no worker leave after it, and the last
+    # gave the client back the first's handler, subscribed for good.
+    with Client(cluster) as client:
+        a, b = sorted(cluster.scheduler.workers)
+        first, second = Membership(client).start(), Membership(client).start()
+        first.close()
+        assert active_membership(client) is second
+        assert client.id in _scheduler_subscribers(client)
+        _close(cluster, b)
+        assert second.wait_gone({a, b}, timeout=600) == {b}  # woken by the event
+        second.close()
+        assert active_membership(client) is None
+        assert "all" not in client._event_handlers
+        assert client.id not in _scheduler_subscribers(client)
+
+
+@pytest.mark.filterwarnings("ignore:this cluster is predicted:RuntimeWarning")  # tiny fits
+def test_fits_at_once_on_one_client_leave_no_event_handler(client):
+    X, Y = _data()
+    errors = []
+
+    def fit() -> None:
+        try:
+            _trainer(client).fit(X, Y, max_epochs=2)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=fit) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    assert errors == []
+    assert "all" not in client._event_handlers
+    assert client.id not in _scheduler_subscribers(client)
+    assert active_membership(client) is None

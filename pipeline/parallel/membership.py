@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,15 +47,100 @@ def _unsubscribe(dask_scheduler: Any, client_id: str) -> int:
     return topic.count
 
 
+class _Feed:
+    """A client's one subscription to the worker events, shared by its open memberships.
+
+    Fits that run at once on one client (scikit-learn's search with joblib's threading
+    backend) each open a membership; the scheduler keeps one subscription per client and
+    topic, and the client one handler per topic. So the first membership subscribes, the
+    last one to close unsubscribes, and the live workers are kept here, once for all.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.changed = threading.Condition()
+        self.live: set[str] = set()
+        self.departed: set[str] = set()  # seen live, then removed (and not back)
+        self.joins: list[str] = []  # every add event, in order
+        self.received = 0  # events of the topic received since the subscription
+        self.first_count = 0
+        self.previous: Any = None  # the client's own "all" handler, if it had one
+        self.atomic = False
+        self.members: list[Membership] = []  # open, oldest first
+
+    def open(self) -> None:
+        handlers = getattr(self.client, "_event_handlers", {})
+        self.previous = handlers.get(TOPIC)
+        handlers[TOPIC] = self.handle
+        try:
+            snapshot = self.client.run_on_scheduler(
+                _subscribe_and_snapshot, client_id=self.client.id
+            )
+            self.atomic = True
+        except Exception:  # the scheduler runs no client functions: subscribe plainly
+            self.atomic = False
+            self.client.subscribe_topic(TOPIC, self.handle)
+            snapshot = {"workers": list(scheduler_workers(self.client)), "count": 0}
+        with self.changed:
+            # Events that arrived during the snapshot happened after it (atomic case).
+            self.live |= set(snapshot["workers"]) - self.departed
+            self.first_count = int(snapshot["count"])
+            self.changed.notify_all()
+
+    def close(self, timeout: float) -> None:
+        handlers = getattr(self.client, "_event_handlers", {})
+        try:
+            if self.atomic:
+                count = self.client.run_on_scheduler(_unsubscribe, client_id=self.client.id)
+                with self.changed:
+                    # Events already on their way: let them land on this handler.
+                    expected = int(count) - self.first_count
+                    self.changed.wait_for(lambda: self.received >= expected, timeout)
+            else:
+                self.client.unsubscribe_topic(TOPIC)
+        except Exception:  # the scheduler is gone: no more events will come
+            pass
+        finally:
+            if handlers.get(TOPIC) == self.handle:
+                if self.previous is not None:
+                    self.client.subscribe_topic(TOPIC, self.previous)
+                else:
+                    handlers.pop(TOPIC, None)
+            with self.changed:
+                self.changed.notify_all()
+
+    def handle(self, event: tuple[float, Any]) -> None:
+        """The client's handler of topic ``"all"`` (runs on the client's event loop)."""
+        _, msg = event
+        action = msg.get("action") if isinstance(msg, dict) else None
+        with self.changed:
+            self.received += 1
+            if action == "add-worker":
+                self.live.add(msg["worker"])
+                self.departed.discard(msg["worker"])
+                self.joins.append(msg["worker"])
+            elif action == "remove-worker":
+                self.live.discard(msg["worker"])
+                self.departed.add(msg["worker"])
+            self.changed.notify_all()
+        if self.previous is not None:
+            self.previous(event)
+
+
+#: The open feed of each client; the lock orders memberships opening and closing on it.
+_FEEDS: weakref.WeakKeyDictionary[Client, _Feed] = weakref.WeakKeyDictionary()
+_FEEDS_LOCK = threading.Lock()
+
+
 class Membership:
     """The cluster's live workers, kept from the scheduler's worker events.
 
     Parameters
     ----------
     client : distributed.Client
-        A synchronous client. Its event handler of topic ``"all"`` is taken while the
-        membership is open and given back by :meth:`close` (a handler set before is
-        still called with every event meanwhile).
+        A synchronous client. Its event handler of topic ``"all"`` is taken while a
+        membership is open on it and given back when the last one closes (a handler set
+        before is still called with every event meanwhile).
 
     Notes
     -----
@@ -63,75 +149,59 @@ class Membership:
     step, and at the unsubscribe, tells :meth:`close` when the last event sent to this
     client has arrived, so none reaches the client after its handler is gone. A scheduler
     that runs no functions from clients (``distributed.scheduler.pickle`` off) gets the
-    plain subscription and a separate listing of the workers.
+    plain subscription and a separate listing of the workers. Memberships open at once on
+    one client (concurrent fits) share that subscription (``_Feed``): one fit's end does
+    not stop the others' events.
     """
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self._changed = threading.Condition()
-        self._live: set[str] = set()
-        self._departed: set[str] = set()  # seen live, then removed (and not back)
-        self._joins: list[str] = []  # every add event, in order
-        self._received = 0  # events of the topic received since the subscription
-        self._expected: int | None = None  # at close: events the scheduler sent us
-        self._first_count = 0
-        self._previous: Any = None  # the client's own "all" handler, if it had one
+        # Until started, a feed of its own that nothing feeds (no workers); after close,
+        # the shared one, no longer updated for this membership's reads.
+        self._feed = _Feed(client)
         self._open = False
-        self._atomic = False
+        self._first_join = 0  # the feed's joins before this membership opened
+
+    @property
+    def _changed(self) -> threading.Condition:
+        return self._feed.changed
 
     # ---------------------------------------------------------------- lifetime
     def start(self) -> Membership:
         """Subscribe to the worker events and take the current workers; returns self."""
         if self._open:
             return self
-        handlers = getattr(self.client, "_event_handlers", {})
-        self._previous = handlers.get(TOPIC)
-        self._open = True
-        try:
-            handlers[TOPIC] = self._handle
-            snapshot = self.client.run_on_scheduler(
-                _subscribe_and_snapshot, client_id=self.client.id
-            )
-            self._atomic = True
-        except Exception:  # the scheduler runs no client functions: subscribe plainly
-            self._atomic = False
-            self.client.subscribe_topic(TOPIC, self._handle)
-            snapshot = {"workers": list(scheduler_workers(self.client)), "count": 0}
-        with self._changed:
-            # Events that arrived during the snapshot happened after it (atomic case).
-            self._live |= set(snapshot["workers"]) - self._departed
-            self._first_count = int(snapshot["count"])
-            self._changed.notify_all()
-        _MEMBERSHIPS[self.client] = self
+        with _FEEDS_LOCK:
+            feed = _FEEDS.get(self.client)
+            if feed is None:
+                feed = _Feed(self.client)
+                feed.open()
+                _FEEDS[self.client] = feed
+            with feed.changed:
+                self._first_join = len(feed.joins)
+            feed.members.append(self)
+            self._feed, self._open = feed, True
+            _MEMBERSHIPS[self.client] = self
         return self
 
     def close(self, timeout: float = 5.0) -> None:
-        """Unsubscribe and give the client its own handler back (never raises)."""
+        """Leave the feed; the last membership unsubscribes and gives the client its own
+        handler back (never raises)."""
         if not self._open:
             return
-        self._open = False
-        if _MEMBERSHIPS.get(self.client) is self:
-            del _MEMBERSHIPS[self.client]
-        handlers = getattr(self.client, "_event_handlers", {})
-        try:
-            if self._atomic:
-                count = self.client.run_on_scheduler(_unsubscribe, client_id=self.client.id)
-                with self._changed:
-                    # Events already on their way: let them land on this handler.
-                    self._expected = int(count) - self._first_count
-                    self._changed.wait_for(lambda: self._received >= self._expected, timeout)
-            else:
-                self.client.unsubscribe_topic(TOPIC)
-        except Exception:  # the scheduler is gone: no more events will come
-            pass
-        finally:
-            if handlers.get(TOPIC) == self._handle:
-                if self._previous is not None:
-                    self.client.subscribe_topic(TOPIC, self._previous)
+        feed = self._feed
+        with _FEEDS_LOCK:
+            feed.members.remove(self)
+            if _MEMBERSHIPS.get(self.client) is self:
+                if feed.members:  # the waits of the fits still running ask another
+                    _MEMBERSHIPS[self.client] = feed.members[-1]
                 else:
-                    handlers.pop(TOPIC, None)
-            with self._changed:
-                self._changed.notify_all()
+                    del _MEMBERSHIPS[self.client]
+            if not feed.members:
+                if _FEEDS.get(self.client) is feed:
+                    del _FEEDS[self.client]
+                feed.close(timeout)
+            self._open = False
 
     def __enter__(self) -> Membership:
         return self.start()
@@ -139,28 +209,12 @@ class Membership:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _handle(self, event: tuple[float, Any]) -> None:
-        """The client's handler of topic ``"all"`` (runs on the client's event loop)."""
-        _, msg = event
-        action = msg.get("action") if isinstance(msg, dict) else None
-        with self._changed:
-            self._received += 1
-            if action == "add-worker":
-                self._live.add(msg["worker"])
-                self._departed.discard(msg["worker"])
-                self._joins.append(msg["worker"])
-            elif action == "remove-worker":
-                self._live.discard(msg["worker"])
-                self._departed.add(msg["worker"])
-            self._changed.notify_all()
-        if self._previous is not None:
-            self._previous(event)
-
     # ------------------------------------------------------------------ views
     def live(self) -> set[str]:
         """The addresses of the workers in the cluster now."""
-        with self._changed:
-            return set(self._live)
+        feed = self._feed
+        with feed.changed:
+            return set(feed.live)
 
     def joined(self, known: Iterable[str]) -> set[str]:
         """Live workers not among ``known`` (those that joined since ``known`` was taken)."""
@@ -168,29 +222,32 @@ class Membership:
 
     def joins(self) -> list[str]:
         """Every worker address the scheduler added since the subscription, in order."""
-        with self._changed:
-            return list(self._joins)
+        feed = self._feed
+        with feed.changed:
+            return list(feed.joins[self._first_join :])
 
     def wait_joined(self, known: Iterable[str], timeout: float) -> set[str]:
         """Block until a worker not among ``known`` is live, or ``timeout``; those joined."""
         known = set(known)
-        with self._changed:
-            self._changed.wait_for(lambda: self._live - known, timeout)
-            return self._live - known
+        feed = self._feed
+        with feed.changed:
+            feed.changed.wait_for(lambda: feed.live - known, timeout)
+            return feed.live - known
 
     def gone(self, addresses: Iterable[str]) -> set[str]:
         """Which of ``addresses`` are not in the cluster."""
         addresses = set(addresses)
-        with self._changed:
-            missing = addresses - self._live
-            unseen = missing - self._departed
+        feed = self._feed
+        with feed.changed:
+            missing = addresses - feed.live
+            unseen = missing - feed.departed
         if unseen:
             # Never seen here: maybe its add event is still on its way; ask once.
             missing -= unseen & set(scheduler_workers(self.client))
         return missing
 
     def _gone_locked(self, addresses: set[str]) -> set[str]:
-        return addresses & self._departed
+        return addresses & self._feed.departed
 
     # ------------------------------------------------------------------ waits
     def wait_gone(self, addresses: Iterable[str], timeout: float) -> set[str]:
