@@ -144,3 +144,16 @@ def test_readme_python_example_runs(tmp_path, machine_alone):
 def test_console_script_is_declared():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["hmdspt"] == "hmdspt.cli:main"
+
+
+def test_the_repository_is_ruff_clean():
+    # The lint and format rules of pyproject.toml, over everything in the clone (ruff is in
+    # the test extra for this); no cache: the tests write nothing into the clone.
+    for command in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, "--no-cache", str(ROOT)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
