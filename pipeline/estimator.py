@@ -629,6 +629,8 @@ class _BaseBPNN(BaseEstimator):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
         self._check_checkpoint_settings(incremental)
+        # Decided once for both paths, here, so that its warning names the caller's line.
+        self._resume_this_fit = bool(self.resume) and self._left_to_continue(self.checkpoint_dir)
         _check_client_param(self.client)
         # Also in-process: a mistyped option fails whether or not this fit would use it.
         self._trainer_config(seed=0, emulation=None).validate()
@@ -976,6 +978,7 @@ class _BaseBPNN(BaseEstimator):
         batch_size = self._batch_size(n_samples)
         self.n_iter_ = 0
         self._divergence_warned = False
+        self._finished_by = None  # "converged" or "max_iter" once the fit ends by itself
         self.eval_curve_ = []
         # The user's clock: eval_curve_ and max_seconds count from the fit() call.
         self._fit_start = time.perf_counter() if called_at is None else called_at
@@ -989,7 +992,7 @@ class _BaseBPNN(BaseEstimator):
                     batch_size, X_train.shape[1], Y_train.shape[1], self._model.dtype
                 )
                 checkpoint_dir = None if incremental else self.checkpoint_dir
-                if self.resume:
+                if self._resume_this_fit:
                     self._resume_in_process(checkpoint_dir)
                 while self.n_iter_ < self.max_iter:
                     order = self._random_state.permutation(n_samples) if self.shuffle else None
@@ -1055,8 +1058,11 @@ class _BaseBPNN(BaseEstimator):
                 f"{self.n_iter_no_change} consecutive epochs."
             )
             if self._optimizer.trigger_stopping(msg, self.verbose):
+                self._finished_by = "converged"
                 return True
             self._no_improvement_count = 0
+        if self.n_iter_ >= self.max_iter:
+            self._finished_by = "max_iter"
         if self.n_iter_ == self.max_iter:
             warnings.warn(
                 f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached "
@@ -1126,6 +1132,8 @@ class _BaseBPNN(BaseEstimator):
 
         seed = int(self._random_state.randint(np.iinfo(np.int32).max))
         config = self._trainer_config(seed=seed, emulation=_emulation_of(client))
+        if config.resume and not self._resume_this_fit:
+            config = dataclasses.replace(config, resume=False)
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
         trainer.fingerprint_extra = self._labels_fingerprint()
         # The trainer's driver optimizer carries the schedule (and bsp's state).
@@ -1312,9 +1320,39 @@ class _BaseBPNN(BaseEstimator):
         if self.verbose:
             print(f"Resumed from {ckpt.path} after epoch {self.n_iter_}")
 
+    def _left_to_continue(self, directory) -> bool:
+        """Whether ``resume=True`` has a fit to continue in ``directory``: not when its
+        newest checkpoint ends a fit that converged or ran ``max_iter`` epochs, as many as
+        this one asks for (warned: this fit starts afresh).
+
+        Resuming such a checkpoint trains no epoch: the fit would return the model it
+        holds, trained on the rows of that fit. Under a cross-validation every fold after
+        the first was the first fold's model, scored on rows it had trained on; a fit on
+        other rows kept a model that had never seen them.
+        """
+        ckpt = load_latest_checkpoint(directory)
+        extra = {} if ckpt is None else dict(ckpt.meta.get("extra") or {})
+        finished_by, epochs = extra.get("finished_by"), int(extra.get("n_iter_", 0))
+        if finished_by == "converged":
+            ended = f"converged after {epochs} epochs"
+        elif finished_by == "max_iter" and epochs >= self.max_iter:
+            ended = f"ran its {epochs} epochs (max_iter={self.max_iter} here)"
+        else:
+            return True
+        warnings.warn(
+            f"resume=True: the newest checkpoint in {directory} ({ckpt.path.name}) ends a "
+            f"fit that {ended}, which leaves nothing to continue; this fit starts afresh "
+            "(raise max_iter to train that fit on)",
+            UserWarning,
+            stacklevel=5,
+        )
+        return False
+
     def _checkpoint_state(self) -> dict:
         """The epoch book-keeping saved with a checkpoint (JSON-native but arrays)."""
         state = {
+            # A fit that ended by itself has nothing left to resume (_left_to_continue).
+            "finished_by": self._finished_by,
             "n_iter_": int(self.n_iter_),
             "t_": int(self.t_),
             "loss_curve_": [float(v) for v in self.loss_curve_],
@@ -1565,8 +1603,11 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         too).
     resume : bool, default=False
         Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
-        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
-        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        when there is none, or when it ends a fit that converged or ran ``max_iter``
+        epochs, as many as this one asks for: there is nothing left to continue, and
+        its model was trained on that fit's rows; warned with a ``UserWarning``).
+        ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so ``max_iter`` counts
+        the epochs of the interrupted and the resumed fit together.
         A checkpoint of a differently shaped model is refused, and so is one of a
         cluster fit in-process or the other way round. In-process, with an int
         ``random_state``, the resumed fit ends where an uninterrupted one would.
@@ -1956,8 +1997,11 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         too).
     resume : bool, default=False
         Continue from the newest good checkpoint in ``checkpoint_dir`` (a fresh fit
-        when there is none). ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so
-        ``max_iter`` counts the epochs of the interrupted and the resumed fit together.
+        when there is none, or when it ends a fit that converged or ran ``max_iter``
+        epochs, as many as this one asks for: there is nothing left to continue, and
+        its model was trained on that fit's rows; warned with a ``UserWarning``).
+        ``n_iter_``, ``loss_curve_`` and ``t_`` are restored, so ``max_iter`` counts
+        the epochs of the interrupted and the resumed fit together.
         A checkpoint of a differently shaped model is refused, and so is one of a
         cluster fit in-process or the other way round. In-process, with an int
         ``random_state``, the resumed fit ends where an uninterrupted one would.

