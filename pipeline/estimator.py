@@ -308,6 +308,27 @@ def _is_worker_readable(X) -> bool:
     return isinstance(X, (str, os.PathLike)) or _is_lazy(X)
 
 
+def _check_label_column_named(X, y) -> None:
+    """Refuse several column names as ``y`` of a Dask DataFrame or a file: ``y`` names
+    one label column. (A list of names was taken for labels: "X has 2000 rows but y has
+    2".)"""
+    if not isinstance(y, (list, tuple)) or not y or not all(isinstance(v, str) for v in y):
+        return
+    columns = set(X.columns) if _is_dask_frame(X) else None
+    if columns is not None and not set(y) <= columns:
+        return  # labels that happen to be strings
+    names = ", ".join(map(repr, y))
+    if columns is None:
+        raise ValueError(
+            f"y names {len(y)} columns of {os.fspath(X)} ({names}); name one label column (a str)"
+        )
+    raise ValueError(
+        f"y names {len(y)} columns of the Dask DataFrame ({names}); name one label column "
+        "(a str), or pass several targets as their own collection: "
+        "fit(X.drop(columns=[...]), X[[...]])"
+    )
+
+
 def _read_in_process(X, y):
     """A Dask collection or a file (``y``: its label column or key), read here."""
     if isinstance(X, (str, os.PathLike)):
@@ -636,6 +657,7 @@ class _BaseBPNN(BaseEstimator):
         self._trainer_config(seed=0, emulation=None).validate()
         target = self._cluster_target(incremental)
         if _is_worker_readable(X):
+            _check_label_column_named(X, y)
             if target is None:  # in-process: computed or read here
                 X, y = _read_in_process(X, y)
             else:

@@ -804,3 +804,19 @@ def test_dask_frames_of_other_columns_are_refused_as_frames_in_memory_are(client
     _fit(model.set_params(warm_start=True), ddf, "label")
     with pytest.raises(ValueError, match="feature names should match"):
         _fit(model, renamed, "label")
+
+
+def test_several_label_columns_named_as_y_are_refused_in_one_line(client, frame, files):
+    # A list of column names was taken for two labels: "X has 6000 rows but y has 2".
+    ddf = dd.from_pandas(frame.assign(other=frame["label"]), npartitions=2)
+    for where in (client, False):
+        with pytest.raises(ValueError, match=r"y names 2 columns of the Dask DataFrame") as e:
+            BPNNClassifier(client=where, **PARAMS).fit(ddf, ["label", "other"])
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"y names 2 columns of .*rows.parquet"):
+        BPNNClassifier(client=client, **PARAMS).fit(files / "rows.parquet", ["label", "f0"])
+    # Labels that are strings are still labels (here: too few of them, as before).
+    with pytest.raises(ValueError, match="rows but y has 2"):
+        BPNNClassifier(client=client, **PARAMS).fit(
+            ddf.drop(columns=["label", "other"]), ["a", "b"]
+        )
