@@ -17,6 +17,7 @@ Differences from scikit-learn, on purpose:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -57,6 +58,7 @@ from sklearn.utils.validation import (
 
 from hmdspt.core.checkpoint import (
     check_fingerprint,
+    held_for_one_fit,
     load_latest_checkpoint,
     model_fingerprint,
     save_checkpoint,
@@ -1006,6 +1008,21 @@ class _BaseBPNN(BaseEstimator):
         self._fit_start = time.perf_counter() if called_at is None else called_at
         self._eval_seconds = 0.0
         self._interrupted = False  # Ctrl-C stopped this fit (it keeps its model, as sklearn's)
+        folder = contextlib.nullcontext()
+        if self.checkpoint_dir is not None and not incremental:
+            folder = held_for_one_fit(self.checkpoint_dir)
+        with folder:
+            self._fit_epochs(
+                target, X_train, Y_train, X_val, y_val, batch_size, called_at, incremental
+            )
+        if early_stopping:
+            self._model.set_params(self._best_params)
+
+    def _fit_epochs(
+        self, target, X_train, Y_train, X_val, y_val, batch_size, called_at, incremental
+    ) -> None:
+        """The epochs of :meth:`_fit_stochastic`, in-process or on ``target``'s cluster."""
+        n_samples = _n_rows(X_train)
         try:
             if target is not None:
                 self._fit_on_cluster(target, X_train, Y_train, X_val, y_val, batch_size, called_at)
@@ -1045,9 +1062,7 @@ class _BaseBPNN(BaseEstimator):
                         break
         except KeyboardInterrupt:
             self._interrupted = True
-            warnings.warn("Training interrupted by user.", stacklevel=4)
-        if early_stopping:
-            self._model.set_params(self._best_params)
+            warnings.warn("Training interrupted by user.", stacklevel=5)
 
     def _record_eval(self, score: float | None) -> float | None:
         if score is not None:
@@ -1618,7 +1633,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         writes none. They hold the parameters, the optimizer's state, the epoch
         counters and scores, and: in-process, the random state; on a cluster, the
         block-momentum state, worker scores and the round counter. Not for
-        ``partial_fit``.
+        ``partial_fit``. A folder serves one fit at a time: a fit started on a folder
+        another running fit writes to is refused (``CheckpointError``).
     checkpoint_every : int, default=1
         In-process: epochs between two checkpoints (the fit's last epoch is saved
         too). Cluster fits: rounds between two checkpoints (every epoch's end is saved
@@ -2012,7 +2028,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         writes none. They hold the parameters, the optimizer's state, the epoch
         counters and scores, and: in-process, the random state; on a cluster, the
         block-momentum state, worker scores and the round counter. Not for
-        ``partial_fit``.
+        ``partial_fit``. A folder serves one fit at a time: a fit started on a folder
+        another running fit writes to is refused (``CheckpointError``).
     checkpoint_every : int, default=1
         In-process: epochs between two checkpoints (the fit's last epoch is saved
         too). Cluster fits: rounds between two checkpoints (every epoch's end is saved

@@ -23,6 +23,7 @@ from hmdspt.core import speed
 from hmdspt.core.checkpoint import (
     CheckpointError,
     check_fingerprint,
+    held_for_one_fit,
     load_latest_checkpoint,
     read_checkpoint,
     save_checkpoint,
@@ -450,3 +451,32 @@ def test_killed_driver_resumes_from_its_checkpoint(tmp_path, request):
     # loss 0.104 -> 0.172) against 0.962, so the band is 0.06 wide.
     assert base["acc"] > 0.9 and res["acc"] > 0.9, (base, res)
     assert abs(res["acc"] - base["acc"]) <= 0.06 + 1e-9, (base, res)
+
+
+def test_a_folder_is_held_by_one_fit_at_a_time_and_let_go_after(tmp_path):
+    folder = tmp_path / "ck"
+    with held_for_one_fit(folder):
+        assert folder.is_dir()
+        with pytest.raises(CheckpointError, match="another fit is writing its checkpoints"):
+            with held_for_one_fit(folder):
+                pass
+    with held_for_one_fit(folder):  # let go when the first ended
+        pass
+
+
+def test_a_fit_on_a_folder_another_fit_holds_is_refused_and_leaves_its_checkpoints(tmp_path):
+    # Three fits at once on one folder (a search on joblib's threading backend): two failed
+    # with FileNotFoundError after training, each having removed the other's temporary
+    # file as a dead writer's leftover, and the files left were any fit's.
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((200, 4)), rng.integers(0, 2, 200)
+    params = dict(hidden_layer_sizes=(4,), max_iter=2, client=False, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        BPNNClassifier(checkpoint_dir=tmp_path, **params).fit(X, y)
+        before = {p.name: p.read_bytes() for p in tmp_path.glob("ckpt-*.npz")}
+        with held_for_one_fit(tmp_path):  # as another running fit holds it
+            with pytest.raises(CheckpointError, match=f"checkpoint_dir {tmp_path}: another fit"):
+                BPNNClassifier(checkpoint_dir=tmp_path, **params).fit(X, y)
+        assert {p.name: p.read_bytes() for p in tmp_path.glob("ckpt-*.npz")} == before
+        BPNNClassifier(checkpoint_dir=tmp_path, **params).fit(X, y)  # free again

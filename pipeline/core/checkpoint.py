@@ -15,6 +15,10 @@ fsynced), so a reader sees either the whole file or none of it. A file that is d
 anyway (a disk error, a copy cut short) fails the checksum and is skipped in favour of the
 previous good one; only the newest ``keep`` files are kept. Files of the previous format
 (format 1: no trailer) are refused the same way, as not a checkpoint of this version.
+
+A folder holds one fit's checkpoints at a time: :func:`held_for_one_fit` takes an
+exclusive ``flock`` on its ``.hmdspt-fit.lock`` for the fit's duration (the kernel lets it
+go when the process dies), so a second fit on the same folder is refused at its start.
 """
 
 from __future__ import annotations
@@ -28,12 +32,17 @@ import re
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: folders are not held (one fit per folder is then the user's)
+    fcntl = None
 
 FORMAT_VERSION = 2
 META_KEY = "__meta__"
@@ -48,6 +57,37 @@ _TMP_PREFIX = ".ckpt-tmp-"
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be used (damaged, or it belongs to another model)."""
+
+
+LOCK_NAME = ".hmdspt-fit.lock"
+
+
+@contextlib.contextmanager
+def held_for_one_fit(directory: str | os.PathLike, name: str = "checkpoint_dir") -> Iterator[None]:
+    """Hold ``directory`` (created if missing) for one fit's checkpoints.
+
+    Fits that wrote into one folder at once (a search on joblib's threading backend) removed
+    each other's temporary files as a dead writer's leftovers and took each other's sequence
+    numbers: the fits failed with ``FileNotFoundError`` after training, and what a resume
+    would take was any of theirs.
+
+    Raises
+    ------
+    CheckpointError
+        Another fit, in this process or another, holds the folder.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK_NAME, "a") as handle:  # closing it lets the lock go
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CheckpointError(
+                    f"{name} {directory}: another fit is writing its checkpoints there; "
+                    "give each fit a folder of its own"
+                ) from None
+        yield
 
 
 @dataclass
