@@ -87,6 +87,8 @@ def held_for_one_fit(directory: str | os.PathLike, name: str = "checkpoint_dir")
                     f"{name} {directory}: another fit is writing its checkpoints there; "
                     "give each fit a folder of its own"
                 ) from None
+            except OSError:  # a file system without locks (some NFS mounts): not held
+                pass
         yield
 
 
