@@ -113,6 +113,17 @@ def test_a_cluster_resume_refuses_an_in_process_checkpoint(data, tmp_path):
     _one_line(excinfo)
 
 
+def _client_for(where: str, stack: contextlib.ExitStack):
+    """``client=`` for a fit ``where``: False in-process, else a one-worker cluster's client
+    that ``stack`` closes."""
+    if where == "in-process":
+        return False
+    cluster = stack.enter_context(
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS)
+    )
+    return stack.enter_context(Client(cluster))
+
+
 @pytest.mark.parametrize("where", ["in-process", "cluster"])
 def test_a_resume_refuses_a_checkpoint_of_other_classes(data, tmp_path, where):
     # The same number of classes gave the same shape: the fit resumed into outputs that
@@ -120,12 +131,7 @@ def test_a_resume_refuses_a_checkpoint_of_other_classes(data, tmp_path, where):
     X, y = data
     named = np.array(["no", "yes"])[y]
     with contextlib.ExitStack() as stack:
-        client = False
-        if where == "cluster":
-            cluster = stack.enter_context(
-                LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS)
-            )
-            client = stack.enter_context(Client(cluster))
+        client = _client_for(where, stack)
         params = {"client": client, "checkpoint_dir": tmp_path}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -146,12 +152,7 @@ def test_resume_does_not_take_a_finished_fits_model_for_a_fit_on_other_rows(data
     X, y = data
     half = len(y) // 2
     with contextlib.ExitStack() as stack:
-        client = False
-        if where == "cluster":
-            cluster = stack.enter_context(
-                LocalCluster(n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS)
-            )
-            client = stack.enter_context(Client(cluster))
+        client = _client_for(where, stack)
         params = dict(max_iter=3, random_state=0, client=client, tol=0.0)
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
