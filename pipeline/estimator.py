@@ -228,10 +228,11 @@ def _refuse_non_finite_targets_of_block(targets: np.ndarray, rows: np.ndarray) -
     from hmdspt.core.shard import as_rows
     from hmdspt.parallel.readers import non_finite_error
 
-    bad = ~np.isfinite(as_rows(targets))
+    rows_of_targets = as_rows(targets)
+    bad = ~np.isfinite(rows_of_targets)
     if bad.any():
         row, column = np.argwhere(bad)[0]
-        value = float(as_rows(targets)[row, column])
+        value = float(rows_of_targets[row, column])
         raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
 
 
