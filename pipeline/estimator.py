@@ -73,7 +73,9 @@ from hmdspt.core.nn import (
     split_weights,
     weighted_targets,
 )
+from hmdspt.core.shard import LabelColumns
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
+from hmdspt.parallel import blocks
 
 __all__ = ["TRAINER_OPTIONS", "BPNNClassifier", "BPNNRegressor"]
 
@@ -138,14 +140,6 @@ def _is_lazy(X) -> bool:
     return _is_dask_array(X) or _is_dask_frame(X)
 
 
-def _on_frame(method, dtypes: dict, block: np.ndarray):
-    """``method`` on a block as the data frame it came from: its feature names and column
-    types (a frame with a bool or Int64 column comes as an object array)."""
-    import pandas as pd
-
-    return method(pd.DataFrame(block, columns=list(dtypes)).astype(dtypes))
-
-
 def _rows_of(X):
     """A Dask array of ``X``'s rows with known block lengths (counted on the workers of
     Dask's current scheduler)."""
@@ -171,22 +165,14 @@ def _check_lazy_input(estimator, X) -> None:
         estimator._set_n_features(width, None, reset=False)
 
 
-def _unless_empty(method, n_columns: int | None, dtype, block) -> np.ndarray:
-    """``method(block)``, or an empty output for a block of no rows (a filter's): the
-    estimator's checks refuse 0 samples, which failed the whole prediction."""
-    if len(block) == 0:
-        return np.empty((0,) if n_columns is None else (0, n_columns), dtype)
-    return method(block)
-
-
 def _blockwise(method, X, n_columns: int | None, dtype):
     """Apply ``method`` to every row block of Dask array or DataFrame ``X``; a Dask array.
 
     ``n_columns`` is the width of the output, None for a 1-d output.
     """
     if _is_dask_frame(X):
-        method = functools.partial(_on_frame, method, dict(X.dtypes.items()))
-    method = functools.partial(_unless_empty, method, n_columns, dtype)
+        method = functools.partial(blocks.on_frame, method, dict(X.dtypes.items()))
+    method = functools.partial(blocks.unless_empty, method, n_columns, dtype)
     X = _rows_of(X)
     X = X.rechunk({1: -1})  # whole rows in every block
     if n_columns is None:
@@ -209,31 +195,7 @@ def _checked_by_block(values, check):
     """Dask ``values`` whose blocks are passed, as they are computed, to ``check(block,
     rows)`` (``rows`` their row numbers), which raises on a bad one: a lazy score counted a
     missing label as a wrong answer, or came to NaN on a NaN target, naming no row."""
-
-    def checked(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
-        start = block_info[0]["array-location"][0][0] if block_info else 0
-        check(block, np.arange(start, start + len(block)))
-        return block
-
-    return values.map_blocks(checked, dtype=values.dtype)
-
-
-def _refuse_missing_labels_of_block(labels: np.ndarray, rows: np.ndarray) -> None:
-    from hmdspt.parallel.readers import check_labels_present
-
-    check_labels_present(labels, rows, None, whole=False, numeric=True)
-
-
-def _refuse_non_finite_targets_of_block(targets: np.ndarray, rows: np.ndarray) -> None:
-    from hmdspt.core.shard import as_rows
-    from hmdspt.parallel.readers import non_finite_error
-
-    rows_of_targets = as_rows(targets)
-    bad = ~np.isfinite(rows_of_targets)
-    if bad.any():
-        row, column = np.argwhere(bad)[0]
-        value = float(rows_of_targets[row, column])
-        raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
+    return values.map_blocks(functools.partial(blocks.checked_block, check), dtype=values.dtype)
 
 
 def _lazy_mean(values, sample_weight=None):
@@ -347,29 +309,6 @@ def _read_in_process(X, y):
     if isinstance(y, str):  # the label column of a Dask DataFrame
         X, y = X.drop(columns=[y]), X[y]
     return X.compute(), (y.compute() if hasattr(y, "compute") else y)
-
-
-class _BlockPredictor:
-    """Predict one block with a model's parameters (and the classes' decoding).
-
-    What a task needs and no more: the network's shape and a copy of the parameters
-    scored (never the estimator, nor the live parameters). Each call builds its own
-    network, so tasks in one worker's threads share nothing they write.
-    """
-
-    def __init__(self, model: MLP, decode=None) -> None:
-        self.shape = (model.layer_sizes, model.hidden_activation, model.out_activation)
-        self.alpha, self.dtype = model.alpha, model.dtype
-        self.params = model.params.copy()
-        self.decode = decode
-
-    def __call__(self, block) -> np.ndarray:
-        model = MLP(*self.shape, self.alpha, self.dtype)
-        model.set_params(self.params)
-        out = model.forward(np.ascontiguousarray(block, dtype=self.dtype))
-        if out.shape[1] == 1:
-            out = out.ravel()
-        return out if self.decode is None else self.decode(out)
 
 
 def _prediction_width(estimator) -> int | None:
@@ -1466,10 +1405,10 @@ class _BaseBPNN(BaseEstimator):
     def _lazy_predictions(self, X, model: MLP):
         """``model``'s predictions for Dask ``X``, a lazy Dask array (no estimator pickled)."""
         _check_lazy_input(self, X)
-        decode = self._label_binarizer.inverse_transform if is_classifier(self) else None
+        labels = self._label_columns() if is_classifier(self) else None
         width = _prediction_width(self)
         dtype = self.classes_.dtype if is_classifier(self) else model.dtype
-        return _blockwise(_BlockPredictor(model, decode), X, width, dtype)
+        return _blockwise(blocks.BlockPredictor(model, labels), X, width, dtype)
 
     def _score_unchecked(self, X, y, model: MLP | None = None, sample_weight=None) -> float:
         if _is_lazy(X):  # held-out Dask data: scored block by block on the workers
@@ -1759,8 +1698,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             # The binarizer fitted as on the indicator matrix, from its two kinds of rows.
             classes = np.repeat([[0], [1]], source.n_targets, axis=1)
         self._fit_labels(classes, incremental)
-        # The fitted binarizer's transform runs on the workers, on each shard's labels.
-        encode = self._label_binarizer.transform
+        # The fitted binarizer's transform, run on the workers on each shard's labels, in
+        # numpy alone: with the binarizer itself each worker first imported scikit-learn.
+        encode = self._label_columns()
         return encode(classes[:1]).shape[1], encode
 
     def _fit_labels(self, y, incremental: bool) -> None:
@@ -1794,6 +1734,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
                 f"{len(self._label_binarizer.classes_)} class"
             )
 
+    def _label_columns(self) -> LabelColumns:
+        """The fitted binarizer as the workers apply it (no scikit-learn to import)."""
+        return LabelColumns(self._label_binarizer.classes_, self._label_binarizer.y_type_)
+
     def _decode_targets(self, Y: np.ndarray):
         return self._label_binarizer.inverse_transform(Y)
 
@@ -1818,8 +1762,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            _check_lazy_input(self, X)
-            return _blockwise(self.predict, X, _prediction_width(self), self.classes_.dtype)
+            return self._lazy_predictions(X, self._model)
         return self._predict(X)
 
     def score(self, X, y, sample_weight=None):
@@ -1841,7 +1784,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
 
     def _lazy_score(self, y_pred, y, X, sample_weight=None):
         """Accuracy of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
-        labels = _checked_by_block(_aligned_labels(y, X), _refuse_missing_labels_of_block)
+        labels = _checked_by_block(_aligned_labels(y, X), blocks.refuse_missing_labels)
         hits = y_pred == labels
         if hits.ndim == 2:  # multilabel: a row is right when all its labels are
             hits = hits.all(axis=1)
@@ -1864,7 +1807,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         if _is_lazy(X):
             _check_lazy_input(self, X)
             width = 2 if self.n_outputs_ == 1 else self.n_outputs_
-            return _blockwise(self.predict_proba, X, width, self._model.dtype)
+            proba = blocks.BlockPredictor(self._model, probabilities=True)
+            return _blockwise(proba, X, width, self._model.dtype)
         y_pred = self._forward(X)
         if self.n_outputs_ == 1:
             p = y_pred.ravel()
@@ -2216,6 +2160,10 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """``(n_outputs, encode)`` of data the workers read: the values, as columns."""
         return source.n_targets, np.asarray
 
+    def _label_columns(self) -> LabelColumns:
+        """The fitted binarizer as the workers apply it (no scikit-learn to import)."""
+        return LabelColumns(self._label_binarizer.classes_, self._label_binarizer.y_type_)
+
     def _decode_targets(self, Y: np.ndarray):
         return Y.ravel() if Y.shape[1] == 1 else Y
 
@@ -2242,7 +2190,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     def _lazy_score(self, y_pred, y, X, sample_weight=None):
         """R^2 of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
         y_true = _checked_by_block(
-            _aligned_labels(y, X).astype(np.float64), _refuse_non_finite_targets_of_block
+            _aligned_labels(y, X).astype(np.float64), blocks.refuse_non_finite_targets
         )
         y_pred = y_pred.astype(np.float64).reshape(y_true.shape)
         residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
@@ -2264,8 +2212,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         """
         check_is_fitted(self)
         if _is_lazy(X):
-            _check_lazy_input(self, X)
-            return _blockwise(self.predict, X, _prediction_width(self), self._model.dtype)
+            return self._lazy_predictions(X, self._model)
         return self._predict(X)
 
     @_fit_context(prefer_skip_nested_validation=True)

@@ -53,6 +53,7 @@ PARALLEL_MODULES = {
     "pools",
     "client",
     "readers",
+    "blocks",
     "shards",
     "sources",
     "rebalance",
