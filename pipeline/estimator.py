@@ -175,6 +175,9 @@ def _blockwise(method, X, n_columns: int | None, dtype):
     method = functools.partial(blocks.unless_empty, method, n_columns, dtype)
     X = _rows_of(X)
     X = X.rechunk({1: -1})  # whole rows in every block
+    # A NaN or infinite feature is refused, by its row, as scikit-learn refuses it in
+    # memory: the network would predict the first class for it, and a score count it.
+    X = _checked_by_block(X, blocks.refuse_non_finite_features)
     if n_columns is None:
         return X.map_blocks(method, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype))
     return X.map_blocks(

@@ -235,3 +235,43 @@ def test_a_missing_label_is_named_by_its_row_in_memory_and_in_dask_labels():
             BPNNClassifier(max_iter=1, client=client).fit(
                 parts.drop(columns="label"), parts["label"]
             )
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("kind", ["array", "frame", "nullable frame"])
+def test_a_non_finite_feature_of_dask_input_is_refused_by_its_row_when_predicting(bad, kind):
+    """As scikit-learn refuses it in memory. Predicted on the workers from the network's
+    parameters alone, the row came out as the first class (and counted in a score)."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = (X[:, 0] > 0).astype(int)
+    classifier = BPNNClassifier((8,), max_iter=2, random_state=0).fit(X, y)
+    regressor = BPNNRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X, y)
+    X = X.copy()
+    if kind == "nullable frame":  # a missing value of an Int64 column: its NaN
+        frame = pd.DataFrame(X, columns=list("abcd")).assign(d=pd.array([1] * 300, "Int64"))
+        classifier.fit(frame.astype(float), y)  # the frame's names and types
+        regressor.fit(frame.astype(float), y)
+        frame.loc[205, "d"], (row, column, what) = pd.NA, (205, 3, "a NaN")
+        data = dd.from_pandas(frame, npartitions=3)
+    else:
+        X[205, 2], (row, column) = bad, (205, 2)
+        what = "a NaN" if np.isnan(bad) else "an infinite value"
+        data = (
+            da.from_array(X, chunks=100)
+            if kind == "array"
+            else dd.from_pandas(pd.DataFrame(X, columns=list("abcd")), npartitions=3)
+        )
+    message = f"X has NaN/infinite value.*{what} at row {row}, column {column}"
+    for predicted in (
+        lambda: classifier.predict(data).compute(),
+        lambda: classifier.predict_proba(data).compute(),
+        lambda: classifier.score(data, y),
+        lambda: regressor.predict(data).compute(),
+        lambda: regressor.score(data, y.astype(float)),
+    ):
+        with pytest.raises(ValueError, match=message):
+            predicted()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hmdspt.core.nn import MLP
-from hmdspt.core.shard import LabelColumns, as_rows
+from hmdspt.core.shard import LabelColumns, as_rows, first_non_finite
 from hmdspt.parallel.readers import check_labels_present, non_finite_error
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "checked_block",
     "on_frame",
     "refuse_missing_labels",
+    "refuse_non_finite_features",
     "refuse_non_finite_targets",
     "unless_empty",
 ]
@@ -106,3 +107,18 @@ def refuse_non_finite_targets(targets: np.ndarray, rows: np.ndarray) -> None:
         row, column = np.argwhere(bad)[0]
         value = float(rows_of_targets[row, column])
         raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
+
+
+def refuse_non_finite_features(features: np.ndarray, rows: np.ndarray) -> None:
+    """Raise, naming the row and column, if a block of features has a NaN or infinity (as
+    scikit-learn refuses them in memory). A data frame's block of bool or nullable
+    integer columns comes as an object array; its missing values count as NaN."""
+    try:
+        values = np.asarray(features, dtype=np.float64)
+    except (TypeError, ValueError):
+        import pandas as pd
+
+        values = pd.DataFrame(features).astype("Float64").to_numpy(np.float64, na_value=np.nan)
+    found = first_non_finite(as_rows(values), rows)
+    if found is not None:
+        raise non_finite_error(None, found, False, part="X")
