@@ -9,8 +9,9 @@ and hand over a small sample of rows by id (the warm start's pilot on the driver
   are computed on the workers), or a path (``.npz``, parquet file or folder, CSV). The
   driver reads metadata only; every staging, and every re-staging of a lost worker's rows,
   reads the rows from the source again on the worker that keeps them. Its labels are
-  encoded into the model's targets on the workers by ``encode`` (e.g. a fitted
-  ``LabelBinarizer``'s ``transform``).
+  encoded into the model's targets on the workers by ``encode`` (the estimator gives
+  :class:`hmdspt.core.shard.LabelColumns`: a fitted binarizer in numpy alone, so that the
+  workers do not import scikit-learn).
 
 Both are plain objects with the same methods: a new kind of source is one more class.
 :func:`split_held_out` cuts Dask data into a training part and a held-out part (the
