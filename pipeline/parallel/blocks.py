@@ -100,13 +100,8 @@ def refuse_missing_labels(labels: np.ndarray, rows: np.ndarray) -> None:
 
 
 def refuse_non_finite_targets(targets: np.ndarray, rows: np.ndarray) -> None:
-    """Raise, naming the row and column, if a block of targets has a NaN or infinity."""
-    rows_of_targets = as_rows(targets)
-    bad = ~np.isfinite(rows_of_targets)
-    if bad.any():
-        row, column = np.argwhere(bad)[0]
-        value = float(rows_of_targets[row, column])
-        raise non_finite_error(None, (int(rows[row]), int(column), value), False, part="y")
+    """Raise, naming the row, if a block of targets has a NaN or infinity."""
+    _refuse_non_finite(as_rows(targets), rows, "y")
 
 
 def refuse_non_finite_features(features: np.ndarray, rows: np.ndarray) -> None:
@@ -119,6 +114,10 @@ def refuse_non_finite_features(features: np.ndarray, rows: np.ndarray) -> None:
         import pandas as pd
 
         values = pd.DataFrame(features).astype("Float64").to_numpy(np.float64, na_value=np.nan)
-    found = first_non_finite(as_rows(values), rows)
-    if found is not None:
-        raise non_finite_error(None, found, False, part="X")
+    _refuse_non_finite(as_rows(values), rows, "X")
+
+
+def _refuse_non_finite(values: np.ndarray, rows: np.ndarray, part: str) -> None:
+    found = first_non_finite(values, rows)
+    if found is not None:  # found block by block: "e.g.", not "first"
+        raise non_finite_error(None, found, False, part=part)
