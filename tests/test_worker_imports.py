@@ -1,11 +1,9 @@
 """Workers that train, predict and score never import scikit-learn.
 
-The label encoding of rows the workers read, and the lazy predictions and scores of Dask
-input, used to pickle scikit-learn objects (the estimator's ``LabelBinarizer``, its bound
-methods, functions of ``hmdspt.estimator``) into the workers' tasks, so every fresh worker
-process imported scikit-learn, 1.5-2 s a process on a 2-core host, inside a fit's first
-staging: ``hmdspt train`` on a 3,242-row CSV staged in 3.0-3.4 s, and 0.2-0.3 s where the
-workers had it imported already. ``LabelColumns`` is the binarizer in numpy alone.
+The labels' encoding and the lazy predictions and scores of Dask input had pickled
+scikit-learn objects and the estimator's functions into the workers' tasks, so every fresh
+worker imported scikit-learn inside a fit's first staging (docs/design.md). ``LabelColumns``
+is the binarizer in numpy alone; it is held here to the binarizer itself.
 """
 
 from __future__ import annotations

@@ -217,11 +217,9 @@ class LabelColumns:
     """A fitted ``LabelBinarizer``'s ``transform`` and ``inverse_transform``, in numpy
     alone, for the workers.
 
-    Labels the workers read are encoded there, shard by shard. With the estimator's
-    binarizer itself, every worker process imported scikit-learn at a fit's first
-    staging (1.5-2 s a process on a 2-core host, three processes at once): a
-    3,242-row CSV took 3.0-3.4 s to stage from ``hmdspt train``, 0.2-0.3 s once the
-    workers had it imported.
+    Labels the workers read are encoded there, shard by shard; with the estimator's
+    binarizer itself, every fresh worker process imported scikit-learn inside a fit's
+    first staging (docs/design.md, the row on what the workers import).
 
     Parameters
     ----------

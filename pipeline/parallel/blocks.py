@@ -2,10 +2,9 @@
 
 The estimator builds its lazy ``predict``, ``predict_proba`` and ``score`` of Dask input
 from these (``map_blocks``). They are pickled into every task by reference, so the
-workers import this module, never the estimator's: that one imports scikit-learn, 1.5-2 s
-a process on a 2-core host, which a fresh worker paid in a fit's first staging or score.
-Nothing here imports scikit-learn; ``tests/test_worker_imports.py`` checks that workers
-that predict, score and train never do.
+workers import this module, never the estimator's, which imports scikit-learn: seconds
+that a fresh worker paid in a fit's first staging or score (docs/design.md). Nothing
+here imports it; ``tests/test_worker_imports.py`` checks that workers never do.
 """
 
 from __future__ import annotations
