@@ -349,12 +349,11 @@ def _score_of_path(estimator, path, y, sample_weight=None) -> float:
 def _persisted(client, parts: list) -> list:
     """Dask ``parts`` persisted on ``client``'s workers, then as arrays of known row
     blocks (None stays None): held-out data read once, then scored there every epoch."""
-    from hmdspt.parallel.sources import known_rows
+    from hmdspt.parallel.sources import known_rows_of
 
     lazy = [p for p in parts if p is not None]
-    kept = iter(client.persist(lazy, optimize_graph=False) if lazy else [])  # as staging
-    parts = [None if p is None else next(kept) for p in parts]
-    return [None if p is None else known_rows(client, p) for p in parts]
+    kept = iter(known_rows_of(client, client.persist(lazy, optimize_graph=False)) if lazy else [])
+    return [None if p is None else next(kept) for p in parts]
 
 
 def _n_rows(X) -> int:

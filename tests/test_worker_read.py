@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import cross_val_score
@@ -282,6 +284,42 @@ def test_early_stopping_holds_out_rows_on_the_workers_and_scores_them_there(
     expected = model.score(features[held], frame["label"][held])
     assert model.best_validation_score_ == pytest.approx(expected, abs=1e-9)
     assert _gone_from_the_workers(client)  # the persisted validation rows went with the fit
+
+
+@pytest.mark.parametrize("name", ["dask DataFrame", "dask.dataframe.read_parquet"])
+def test_the_held_out_split_knows_its_block_lengths_without_reading_the_rows_again(
+    client, frame, files, name
+):
+    """Early stopping's parts of Dask data came with blocks of unknown length: staging
+    computed the whole training part once more only to count its rows."""
+    from hmdspt.parallel.sources import split_held_out
+
+    if name == "dask DataFrame":
+        ddf = dd.from_pandas(frame, npartitions=4)
+    else:
+        ddf = dd.read_parquet(files / "folder")  # its label column's blocks are fused
+    train, held = split_held_out(client, [ddf.drop(columns="label"), ddf["label"], None], 0.2, 7)
+    assert train[2] is None and held[2] is None
+    for part in train[:2] + held[:2]:
+        blocks = client.compute(list(part.to_delayed().ravel()))
+        counted = client.gather(client.map(len, blocks, pure=False))
+        assert part.chunks[0] == tuple(counted)
+    assert sum(held[0].chunks[0]) == sum(held[1].chunks[0]) < N_ROWS / 2
+
+
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    lengths=st.lists(st.integers(0, 600), max_size=6),
+    fraction=st.floats(0, 1),
+    step=st.integers(1, 700),
+)
+@settings(max_examples=60, deadline=None)
+def test_held_out_counts_are_the_held_out_rows_of_each_block(seed, lengths, fraction, step):
+    from hmdspt.core.shard import held_out_counts, held_out_rows
+
+    starts = np.cumsum([0, *lengths])
+    expected = [int(held_out_rows(seed, a, b, fraction).sum()) for a, b in zip(starts, starts[1:])]
+    assert held_out_counts(seed, lengths, fraction, step=step) == expected
 
 
 @pytest.mark.parametrize("where", ["dask DataFrame", "parquet file", "npz"])

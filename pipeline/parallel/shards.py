@@ -833,16 +833,21 @@ class DaskReader(SourceReader):
             self.n_features = 1 if X.ndim == 1 else int(X.shape[1])
         if y is None:
             raise ValueError("no labels: pass y, or name the label column with target=")
-        self.x_lengths = _block_lengths(client, X)
-        y = _in_blocks_of(y, self.x_lengths)
-        weights = None if weights is None else _in_blocks_of(weights, self.x_lengths)
-        self.X, self.y = X, y
-        self.y_lengths = _block_lengths(client, y)
+        # Each collection's blocks, built once for the counts, the labels and every read.
+        parts = []
+        if not _is_dask(y) or (weights is not None and not _is_dask(weights)):
+            # In-memory labels or weights go in the feature blocks' rows: counted first.
+            parts = blocks_and_lengths(client, [X])
+            y = _in_blocks_of(y, parts[0][1])
+            weights = None if weights is None else _in_blocks_of(weights, parts[0][1])
+        self.X, self.y, self.weights = X, y, weights
+        rest = [X, y, weights][len(parts) :]
+        parts += blocks_and_lengths(client, [p for p in rest if p is not None])
+        (self._x_blocks, self.x_lengths), (self._y_blocks, self.y_lengths) = parts[:2]
+        self._w_blocks, self.w_lengths = parts[2] if weights is not None else (None, None)
         self.n_rows = sum(self.x_lengths)
         if sum(self.y_lengths) != self.n_rows:
             raise ValueError(f"X has {self.n_rows} rows but y has {sum(self.y_lengths)}")
-        self.weights = weights
-        self.w_lengths = None if weights is None else _block_lengths(client, weights)
         if self.w_lengths is not None and sum(self.w_lengths) != self.n_rows:
             raise ValueError(
                 f"sample_weight.shape == ({sum(self.w_lengths)},), expected ({self.n_rows},)"
@@ -859,7 +864,7 @@ class DaskReader(SourceReader):
 
     def unique_labels(self, client: Client) -> np.ndarray:
         # Per block on the workers: only each block's distinct labels travel (no shuffle).
-        blocks = client.compute(_delayed_blocks(self.y))
+        blocks = client.compute(self._y_blocks)
         found = client.gather(client.map(_distinct, blocks, pure=False))
         del blocks  # released now, also when a missing label is refused below
         starts = np.cumsum([0, *self.y_lengths[:-1]])
@@ -874,9 +879,11 @@ class DaskReader(SourceReader):
 
     def _read(self, client: Client, plans: Mapping[str, tuple], dtype: Any) -> dict[str, Future]:
         dtype = np.dtype(dtype)
-        x_blocks = client.compute(_delayed_blocks(self.X))
-        y_blocks = client.compute(_delayed_blocks(self.y))
-        w_blocks = None if self.weights is None else client.compute(_delayed_blocks(self.weights))
+        # In one call: X and y cut from one frame share its partitions' keys, read once.
+        blocks = client.compute([*self._x_blocks, *self._y_blocks, *(self._w_blocks or [])])
+        x_blocks, y_blocks = blocks[: len(self._x_blocks)], blocks[len(self._x_blocks) :]
+        y_blocks, w_blocks = y_blocks[: len(self._y_blocks)], y_blocks[len(self._y_blocks) :]
+        w_blocks = w_blocks if self._w_blocks is not None else None
         futures = {}
         for w, (rows, start, stop) in plans.items():
             w_pieces = None
@@ -965,13 +972,40 @@ def _in_blocks_of(values: Any, lengths: Sequence[int]) -> Any:
 def _block_lengths(client: Client | None, obj: Any) -> list[int]:
     """Rows of each block; unknown ones are counted on the workers (only counts travel),
     ``client``'s or, with None, those of Dask's current scheduler."""
-    if hasattr(obj, "chunks") and not any(np.isnan(v) for v in obj.chunks[0]):
-        return [int(v) for v in obj.chunks[0]]
-    if client is None:
-        lengths = dask.compute(*[dask.delayed(len)(block) for block in _delayed_blocks(obj)])
-        return [int(v) for v in lengths]
-    blocks = client.compute(_delayed_blocks(obj))
-    return [int(v) for v in client.gather(client.map(len, blocks, pure=False))]
+    return blocks_and_lengths(client, [obj])[0][1]
+
+
+def blocks_and_lengths(
+    client: Client | None, objs: Sequence[Any]
+) -> list[tuple[list[Any], list[int]]]:
+    """Each Dask collection's row blocks (:func:`_delayed_blocks`) and their lengths.
+
+    Lengths a collection does not know are counted on the workers (only counts travel),
+    ``client``'s or, with None, those of Dask's current scheduler, for every collection
+    in one call: one wait, where one each was a round trip each (X, y and the weights of
+    a data frame), and each collection's graph is built once, for its blocks and counts.
+    """
+    blocks = [_delayed_blocks(obj) for obj in objs]
+    lengths: list[list[int] | None] = [
+        [int(v) for v in obj.chunks[0]]
+        if hasattr(obj, "chunks") and not any(np.isnan(v) for v in obj.chunks[0])
+        else None
+        for obj in objs
+    ]
+    unknown = [b for b, n in zip(blocks, lengths) if n is None]
+    if unknown:
+        flat = [block for part in unknown for block in part]
+        if client is None:
+            counts = dask.compute(*[dask.delayed(len)(block) for block in flat])
+        else:
+            computed = client.compute(flat)
+            counts = client.gather(client.map(len, computed, pure=False))
+            del computed  # the blocks go; their counts stay
+        counted = iter(int(v) for v in counts)
+        lengths = [
+            [next(counted) for _ in part] if n is None else n for part, n in zip(blocks, lengths)
+        ]
+    return [(b, n) for b, n in zip(blocks, lengths)]
 
 
 class PathReader(SourceReader):

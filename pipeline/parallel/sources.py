@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_rows
+from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_counts, held_out_rows
 from hmdspt.parallel import rebalance, shards
 from hmdspt.parallel.client import WorkerLostError, _gone_workers, _wait_ok
 from hmdspt.parallel.readers import non_finite_error
 from hmdspt.parallel.rebalance import append_piece
 from hmdspt.parallel.shards import StagedData
 
-__all__ = ["InMemory", "WorkerRead", "known_rows", "split_held_out"]
+__all__ = ["InMemory", "WorkerRead", "known_rows", "known_rows_of", "split_held_out"]
 
 
 class InMemory:
@@ -264,18 +264,28 @@ def known_rows(client: Client | None, part: Any) -> Any:
     may fuse a few columns' partitions, so neither ``npartitions`` nor
     ``to_dask_array(lengths=)``, which count the unfused ones, can be trusted with them.
     """
+    return known_rows_of(client, [part])[0]
+
+
+def known_rows_of(client: Client | None, parts: list[Any]) -> list[Any]:
+    """:func:`known_rows` of each Dask collection of ``parts``, counted in one call."""
     import dask
     import dask.array as da
 
-    lengths = tuple(shards._block_lengths(client, part))
-    if hasattr(part, "chunks"):
-        return da.Array(part.dask, part.name, (lengths, *part.chunks[1:]), meta=part._meta)
-    meta = part._meta.to_numpy()
-    blocks = [
-        da.from_delayed(dask.delayed(np.asarray)(block), (n, *meta.shape[1:]), meta.dtype)
-        for block, n in zip(shards._delayed_blocks(part), lengths)
-    ]
-    return da.concatenate(blocks) if blocks else da.from_array(meta)
+    out = []
+    for part, (delayed, lengths) in zip(parts, shards.blocks_and_lengths(client, parts)):
+        if hasattr(part, "chunks"):
+            out.append(
+                da.Array(part.dask, part.name, (tuple(lengths), *part.chunks[1:]), meta=part._meta)
+            )
+            continue
+        meta = part._meta.to_numpy()
+        blocks = [
+            da.from_delayed(dask.delayed(np.asarray)(block), (n, *meta.shape[1:]), meta.dtype)
+            for block, n in zip(delayed, lengths)
+        ]
+        out.append(da.concatenate(blocks) if blocks else da.from_array(meta))
+    return out
 
 
 def _rows_kept(
@@ -297,10 +307,13 @@ def split_held_out(
     (:func:`known_rows`; a data frame's feature names are the caller's to keep), and each
     row is held out by its position and ``seed``
     (:func:`~hmdspt.core.shard.held_out_rows`), so the parts split alike whatever their
-    blocks, and a block read again gives the same rows. Random, not stratified.
+    blocks, and a block read again gives the same rows. Random, not stratified. The
+    parts' block lengths are known too (:func:`~hmdspt.core.shard.held_out_counts`).
     """
     import dask.array as da
 
+    lazy = [p for p in parts if hasattr(p, "__dask_graph__")]
+    counted = dict(zip(map(id, lazy), known_rows_of(client, lazy)))
     train, held = [], []
     for part in parts:
         if part is None or isinstance(part, str):
@@ -308,20 +321,22 @@ def split_held_out(
             held.append(part)
             continue
         if hasattr(part, "__dask_graph__"):
-            part = known_rows(client, part)
+            part = counted[id(part)]
         else:
             part = da.from_array(np.asarray(part))
         if part.ndim == 2:
             part = part.rechunk({1: -1})
-        chunks = ((np.nan,) * part.numblocks[0], *part.chunks[1:])
-        for out, keep in ((train, False), (held, True)):
+        # Each part's block lengths follow from the positions: no one counts them again.
+        n_held = held_out_counts(seed, list(part.chunks[0]), fraction)
+        n_kept = [n - h for n, h in zip(part.chunks[0], n_held)]
+        for out, keep, lengths in ((train, False, n_kept), (held, True, n_held)):
             out.append(
                 part.map_blocks(
                     _rows_kept,
                     seed,
                     fraction,
                     keep,
-                    chunks=chunks,
+                    chunks=(tuple(lengths), *part.chunks[1:]),
                     dtype=part.dtype,
                     meta=part._meta,
                 )  # fmt: skip
