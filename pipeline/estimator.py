@@ -346,14 +346,26 @@ def _score_of_path(estimator, path, y, sample_weight=None) -> float:
     return estimator.score(*_lazy_path(path, y), sample_weight=sample_weight)
 
 
-def _persisted(client, parts: list) -> list:
+def _persisted(client, parts: list, kept_for_fit: list) -> list:
     """Dask ``parts`` persisted on ``client``'s workers, then as arrays of known row
-    blocks (None stays None): held-out data read once, then scored there every epoch."""
+    blocks (None stays None): held-out data read once, then scored there every epoch.
+    The persisted collections are appended to ``kept_for_fit``, which the fit releases."""
     from hmdspt.parallel.sources import known_rows_of
 
     lazy = [p for p in parts if p is not None]
-    kept = iter(known_rows_of(client, client.persist(lazy, optimize_graph=False)) if lazy else [])
+    persisted = client.persist(lazy, optimize_graph=False) if lazy else []
+    kept_for_fit.extend(persisted)
+    kept = iter(known_rows_of(client, persisted))
     return [None if p is None else next(kept) for p in parts]
+
+
+def _release_persisted(collections: list) -> None:
+    """Drop this process's hold on the futures of persisted Dask ``collections``."""
+    if collections:
+        from distributed import futures_of
+
+        for fut in futures_of(collections):
+            fut.release()
 
 
 def _n_rows(X) -> int:
@@ -593,6 +605,17 @@ class _BaseBPNN(BaseEstimator):
     ):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
         # (run_end.wall_s, utilisation) counts from there.
+        # Dask data persisted for this fit (its held-out rows) goes when the fit ends, also
+        # when it fails: not once a kept error's traceback, which holds it, is collected.
+        self._persisted_for_fit = []
+        try:
+            return self._fit_body(X, y, incremental, eval_set, called_at, on_round, sample_weight)
+        finally:
+            _release_persisted(self._persisted_for_fit)
+            del self._persisted_for_fit
+
+    def _fit_body(self, X, y, incremental, eval_set, called_at, on_round, sample_weight):
+        """:meth:`_fit` but for releasing what it persisted."""
         self._check_checkpoint_settings(incremental)
         # Decided once for both paths, here, so that its warning names the caller's line.
         self._resume_this_fit = bool(self.resume) and self._left_to_continue(self.checkpoint_dir)
@@ -749,7 +772,7 @@ class _BaseBPNN(BaseEstimator):
         train, (X_val, y_val, w_val) = split_held_out(
             client, [X, y, sample_weight], self.validation_fraction, seed
         )
-        X_val, y_val, w_val = _persisted(client, [X_val, y_val, w_val])
+        X_val, y_val, w_val = _persisted(client, [X_val, y_val, w_val], self._persisted_for_fit)
         if sum(_block_lengths(client, X_val)) < 2:
             raise ValueError(
                 "The validation set is too small. Increase 'validation_fraction' "
@@ -817,7 +840,7 @@ class _BaseBPNN(BaseEstimator):
 
             y = da.from_array(np.asarray(y))
         self._score_client = client
-        return tuple(_persisted(client, [X, y, weights]))
+        return tuple(_persisted(client, [X, y, weights], self._persisted_for_fit))
 
     def _eval_score(self) -> float | None:
         if self._eval_set is None:

@@ -33,6 +33,7 @@ from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
 from hmdspt.core.shard import DataError, _rows_with_ids
 from hmdspt.parallel.client import scheduler_workers
+from hmdspt.parallel.rounds import TrainingError
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
 
@@ -252,6 +253,58 @@ def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+_READS_OF_THE_LAST_BLOCK = []
+
+
+def _keys_held(dask_worker) -> list:
+    return list(dask_worker.data)
+
+
+def _no_data_on_the_workers(client, timeout_s: float = 10.0) -> bool:
+    """Whether the workers hold no data (a key the driver still names after its task
+    failed holds none)."""
+    deadline = time.monotonic() + timeout_s
+    while any(client.run(_keys_held).values()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _rows_or_a_lost_disk(i: int, fail_at: int) -> pd.DataFrame:
+    """Block ``i`` of four of a source whose last block's ``fail_at``-th read fails."""
+    if i == 3:
+        _READS_OF_THE_LAST_BLOCK.append(i)
+        if len(_READS_OF_THE_LAST_BLOCK) == fail_at:
+            raise OSError("the disk went away")
+    rng = np.random.default_rng(i)
+    X = rng.normal(size=(500, 4)).astype(np.float32)
+    return pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(label=(X[:, 0] > 0).astype(int))
+
+
+@pytest.mark.parametrize("early_stopping", [False, True])
+@pytest.mark.parametrize("fail_at", [1, 2, 3])
+def test_a_read_that_fails_leaves_no_block_on_the_workers_while_its_error_is_kept(
+    client, fail_at, early_stopping
+):
+    """A block that fails to read fails the fit with its error; the blocks read
+    beside it went with the fit even though the error, and the traceback that holds the
+    driver's lists of them, is kept (a notebook keeps the last one; the garbage collector
+    is off here, so nothing is left to a cycle). Counting the blocks' rows kept them."""
+    _READS_OF_THE_LAST_BLOCK.clear()
+    frame = dd.from_map(_rows_or_a_lost_disk, range(4), fail_at=fail_at)
+    model = BPNNClassifier(client=client, early_stopping=early_stopping, **PARAMS)
+    gc.disable()
+    try:
+        # The trainer names a staging's failure (TrainingError), the error's own words in it.
+        with pytest.raises((OSError, TrainingError), match="the disk went away") as kept:
+            _fit(model, frame, "label")
+        assert _no_data_on_the_workers(client), client.run(_keys_held)
+        del kept
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize(

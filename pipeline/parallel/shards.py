@@ -343,6 +343,19 @@ def _wait_shards(futures: Mapping[str, Future], skip_lost: bool) -> dict[str, Fu
     return live
 
 
+@contextmanager
+def _released(*futures: Sequence[Future]) -> Iterator[None]:
+    """Release ``futures`` when the block ends, also when it raises: a block of data a
+    failed read left would otherwise stay on the workers for as long as the error's
+    traceback, which holds the list, is kept (a notebook keeps the last one)."""
+    try:
+        yield
+    finally:
+        for group in futures:
+            for fut in group:
+                fut.release()
+
+
 def _is_dask(obj: Any) -> bool:
     return hasattr(obj, "__dask_graph__") and hasattr(obj, "to_delayed")
 
@@ -865,8 +878,9 @@ class DaskReader(SourceReader):
     def unique_labels(self, client: Client) -> np.ndarray:
         # Per block on the workers: only each block's distinct labels travel (no shuffle).
         blocks = client.compute(self._y_blocks)
-        found = client.gather(client.map(_distinct, blocks, pure=False))
-        del blocks  # released now, also when a missing label is refused below
+        distinct = client.map(_distinct, blocks, pure=False)
+        with _released(blocks, distinct):  # now, also when a missing label is refused below
+            found = client.gather(distinct)
         starts = np.cumsum([0, *self.y_lengths[:-1]])
         missing = [start + first for (_, first), start in zip(found, starts) if first >= 0]
         if missing:  # np.unique of them failed with "boolean value of NA is ambiguous"
@@ -999,8 +1013,9 @@ def blocks_and_lengths(
             counts = dask.compute(*[dask.delayed(len)(block) for block in flat])
         else:
             computed = client.compute(flat)
-            counts = client.gather(client.map(len, computed, pure=False))
-            del computed  # the blocks go; their counts stay
+            counted_on_workers = client.map(len, computed, pure=False)
+            with _released(computed, counted_on_workers):  # the blocks go; the counts stay
+                counts = client.gather(counted_on_workers)
         counted = iter(int(v) for v in counts)
         lengths = [
             [next(counted) for _ in part] if n is None else n for part, n in zip(blocks, lengths)
