@@ -152,15 +152,39 @@ def _rows_of(X):
     return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
 
 
+def _refuse_lazy_not_2d(estimator, X) -> None:
+    """Refuse Dask ``X`` that is not a table of rows (a 1-D array, a Series, an array of
+    more dimensions) in scikit-learn's words, as the same data in memory is refused: a
+    fit took a 1-D array for one feature, and its early stopping, predictions and scores
+    failed on the workers ("Axis 1 is out of bounds")."""
+    if _is_dask_frame(X) and X.ndim == 1:  # a Dask Series (it has a .columns too)
+        raise ValueError(
+            f"Expected a 2-dimensional container but got {type(X)} instead. Pass a DataFrame "
+            "containing a single row (i.e. single sample) or a single column (i.e. single "
+            "feature) instead."
+        )
+    if _is_dask_array(X) and X.ndim == 1:
+        raise ValueError(
+            f"Expected 2D array, got 1D array instead: a Dask array of shape {X.shape}. "
+            "Reshape your data either using array.reshape(-1, 1) if your data has a single "
+            "feature or array.reshape(1, -1) if it contains a single sample."
+        )
+    if _is_dask_array(X) and X.ndim != 2:
+        raise ValueError(
+            f"Found array with dim {X.ndim}. {type(estimator).__name__} expected <= 2."
+        )
+
+
 def _check_lazy_input(estimator, X) -> None:
     """Refuse Dask ``X`` of another width, or a Dask data frame of non-numeric or other
     columns, when predictions are asked for, as scikit-learn refuses an array or a frame
     in memory: each block's check would only fail on the workers at compute time."""
+    _refuse_lazy_not_2d(estimator, X)
     if _is_dask_frame(X):
         _check_numeric_columns(X)
         # Its empty pandas meta: scikit-learn reads no names from a Dask frame itself.
         _check_feature_names(estimator, X._meta, reset=False)
-    width = len(X.columns) if _is_dask_frame(X) else (X.shape[1] if X.ndim == 2 else 1)
+    width = len(X.columns) if _is_dask_frame(X) else X.shape[1]
     if not np.isnan(width):
         estimator._set_n_features(width, None, reset=False)
 
@@ -701,6 +725,7 @@ class _BaseBPNN(BaseEstimator):
         """
         from hmdspt.parallel.sources import WorkerRead
 
+        _refuse_lazy_not_2d(self, X)
         label_column = y if isinstance(y, str) else None
         if isinstance(X, (str, os.PathLike)) and (self.early_stopping or sample_weight is not None):
             # Its rows split or weighted as a Dask collection's, read by the same reader.
@@ -827,7 +852,8 @@ class _BaseBPNN(BaseEstimator):
             X, y = _lazy_path(X, y)
         elif isinstance(y, str):  # the label column of a Dask DataFrame
             X, y = X.drop(columns=[y]), X[y]
-        n_features = len(X.columns) if _is_dask_frame(X) else (1 if X.ndim == 1 else X.shape[1])
+        _refuse_lazy_not_2d(self, X)
+        n_features = len(X.columns) if _is_dask_frame(X) else X.shape[1]
         if n_features != self.n_features_in_:
             raise ValueError(
                 f"eval_set has {n_features} features, but {type(self).__name__} is expecting "

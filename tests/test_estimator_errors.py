@@ -275,3 +275,43 @@ def test_a_non_finite_feature_of_dask_input_is_refused_by_its_row_when_predictin
     ):
         with pytest.raises(ValueError, match=message):
             predicted()
+
+
+@pytest.mark.parametrize("kind", ["1-D array", "Series", "3-D array"])
+def test_dask_x_that_is_not_a_table_of_rows_is_refused_as_in_memory(kind):
+    """As scikit-learn refuses it in memory, on every path. A cluster fit took a 1-D Dask
+    array for one feature, and its early stopping, an eval_set, predictions and scores
+    failed on the workers ("Axis 1 is out of bounds"); a Dask Series failed the fit with
+    an AttributeError."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 1))
+    y = (X[:, 0] > 0).astype(int)
+    bad, message = {
+        "1-D array": (da.from_array(X[:, 0], chunks=100), r"Expected 2D array, got 1D array"),
+        "Series": (dd.from_pandas(pd.Series(X[:, 0]), npartitions=3), r"Expected a 2-dim"),
+        "3-D array": (da.from_array(X.reshape(300, 1, 1), chunks=100), r"Found array with dim 3"),
+    }[kind]
+    labels = da.from_array(y, chunks=100)
+    fitted = BPNNClassifier((4,), max_iter=1, random_state=0).fit(X, y)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        for params, call in (
+            ({}, lambda m: m.fit(bad, labels)),
+            (dict(early_stopping=True), lambda m: m.fit(bad, labels)),
+            ({}, lambda m: m.fit(X, y, eval_set=(bad, labels))),
+            ({"client": False}, lambda m: m.fit(bad, labels)),
+        ):
+            model = BPNNClassifier((4,), max_iter=1, **{"client": client, **params})
+            with pytest.raises(ValueError, match=message) as excinfo:
+                call(model)
+            if model.client is not False:  # in-process, scikit-learn's words print the rows
+                _one_line(excinfo)
+        for predicted in (fitted.predict, fitted.predict_proba, lambda d: fitted.score(d, y)):
+            with pytest.raises(ValueError, match=message) as excinfo:
+                predicted(bad)
+            _one_line(excinfo)
