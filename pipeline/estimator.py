@@ -31,7 +31,7 @@ from numbers import Integral, Real
 import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, is_classifier
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelBinarizer
@@ -152,11 +152,12 @@ def _rows_of(X):
     return X.compute_chunk_sizes() if any(np.isnan(c) for c in X.chunks[0]) else X
 
 
-def _refuse_lazy_not_2d(estimator, X) -> None:
+def _check_lazy_table(estimator, X) -> None:
     """Refuse Dask ``X`` that is not a table of rows (a 1-D array, a Series, an array of
-    more dimensions) in scikit-learn's words, as the same data in memory is refused: a
-    fit took a 1-D array for one feature, and its early stopping, predictions and scores
-    failed on the workers ("Axis 1 is out of bounds")."""
+    more dimensions, a frame that names two columns alike) in scikit-learn's words, as
+    the same data in memory is refused: a fit took a 1-D array for one feature, and its
+    early stopping, predictions and scores failed on the workers ("Axis 1 is out of
+    bounds")."""
     if _is_dask_frame(X) and X.ndim == 1:  # a Dask Series (it has a .columns too)
         raise ValueError(
             f"Expected a 2-dimensional container but got {type(X)} instead. Pass a DataFrame "
@@ -173,13 +174,32 @@ def _refuse_lazy_not_2d(estimator, X) -> None:
         raise ValueError(
             f"Found array with dim {X.ndim}. {type(estimator).__name__} expected <= 2."
         )
+    if _is_dask_frame(X) and not X.columns.is_unique:  # trained as columns of one name
+        counts = X.columns.value_counts()
+        repeated = ", ".join(f"{name!r} {n} times" for name, n in counts[counts > 1].items())
+        raise ValueError(f"Expected unique column names, got: {repeated}")
+
+
+def _warn_column_vector(y) -> None:
+    """Labels of one column (Dask or in memory, beside Dask ``X``) warn as scikit-learn
+    warns for the same in memory."""
+    if y is None or isinstance(y, (str, os.PathLike)):
+        return
+    shape = y.shape if hasattr(y, "shape") else np.shape(y)  # a Dask frame's rows: lazy
+    if len(shape) == 2 and shape[1] == 1:
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change the "
+            "shape of y to (n_samples, ), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=7,  # the user's fit, beyond scikit-learn's wrapper of it
+        )
 
 
 def _check_lazy_input(estimator, X) -> None:
     """Refuse Dask ``X`` of another width, or a Dask data frame of non-numeric or other
     columns, when predictions are asked for, as scikit-learn refuses an array or a frame
     in memory: each block's check would only fail on the workers at compute time."""
-    _refuse_lazy_not_2d(estimator, X)
+    _check_lazy_table(estimator, X)
     if _is_dask_frame(X):
         _check_numeric_columns(X)
         # Its empty pandas meta: scikit-learn reads no names from a Dask frame itself.
@@ -725,7 +745,8 @@ class _BaseBPNN(BaseEstimator):
         """
         from hmdspt.parallel.sources import WorkerRead
 
-        _refuse_lazy_not_2d(self, X)
+        _check_lazy_table(self, X)
+        _warn_column_vector(y)
         label_column = y if isinstance(y, str) else None
         if isinstance(X, (str, os.PathLike)) and (self.early_stopping or sample_weight is not None):
             # Its rows split or weighted as a Dask collection's, read by the same reader.
@@ -852,7 +873,7 @@ class _BaseBPNN(BaseEstimator):
             X, y = _lazy_path(X, y)
         elif isinstance(y, str):  # the label column of a Dask DataFrame
             X, y = X.drop(columns=[y]), X[y]
-        _refuse_lazy_not_2d(self, X)
+        _check_lazy_table(self, X)
         n_features = len(X.columns) if _is_dask_frame(X) else X.shape[1]
         if n_features != self.n_features_in_:
             raise ValueError(

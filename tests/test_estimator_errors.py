@@ -277,12 +277,12 @@ def test_a_non_finite_feature_of_dask_input_is_refused_by_its_row_when_predictin
             predicted()
 
 
-@pytest.mark.parametrize("kind", ["1-D array", "Series", "3-D array"])
+@pytest.mark.parametrize("kind", ["1-D array", "Series", "3-D array", "a column named twice"])
 def test_dask_x_that_is_not_a_table_of_rows_is_refused_as_in_memory(kind):
     """As scikit-learn refuses it in memory, on every path. A cluster fit took a 1-D Dask
     array for one feature, and its early stopping, an eval_set, predictions and scores
     failed on the workers ("Axis 1 is out of bounds"); a Dask Series failed the fit with
-    an AttributeError."""
+    an AttributeError; a frame naming two columns alike trained on both."""
     import dask.array as da
     import dask.dataframe as dd
 
@@ -293,6 +293,10 @@ def test_dask_x_that_is_not_a_table_of_rows_is_refused_as_in_memory(kind):
         "1-D array": (da.from_array(X[:, 0], chunks=100), r"Expected 2D array, got 1D array"),
         "Series": (dd.from_pandas(pd.Series(X[:, 0]), npartitions=3), r"Expected a 2-dim"),
         "3-D array": (da.from_array(X.reshape(300, 1, 1), chunks=100), r"Found array with dim 3"),
+        "a column named twice": (
+            dd.from_pandas(pd.DataFrame(np.hstack([X, X]), columns=["a", "a"]), npartitions=3),
+            r"Expected unique column names, got: ?\n?(- )?'a' 2 times",
+        ),
     }[kind]
     labels = da.from_array(y, chunks=100)
     fitted = BPNNClassifier((4,), max_iter=1, random_state=0).fit(X, y)
@@ -315,3 +319,33 @@ def test_dask_x_that_is_not_a_table_of_rows_is_refused_as_in_memory(kind):
             with pytest.raises(ValueError, match=message) as excinfo:
                 predicted(bad)
             _one_line(excinfo)
+
+
+@pytest.mark.parametrize("estimator", [BPNNClassifier, BPNNRegressor])
+def test_dask_labels_of_one_column_warn_as_in_memory(estimator):
+    """scikit-learn warns of a column-vector y; on a cluster Dask labels of one column
+    trained without a word. Warned now, at the user's line."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    y = (X[:, :1] > 0).astype(float)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        for labels in (
+            da.from_array(y, chunks=100),
+            dd.from_pandas(pd.DataFrame(y, columns=["label"]), npartitions=3),
+            y,  # in memory
+        ):
+            for where in (client, False):
+                model = estimator(hidden_layer_sizes=(4,), max_iter=1, client=where)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    model.fit(da.from_array(X, chunks=100), labels)
+                said = [w for w in caught if "column-vector y" in str(w.message)]
+                assert len(said) == 1, (type(labels), where, [str(w.message) for w in caught])
+                if where is client:  # scikit-learn's own, in-process, names its caller
+                    assert said[0].filename == __file__
