@@ -895,9 +895,9 @@ class DaskReader(SourceReader):
         dtype = np.dtype(dtype)
         # In one call: X and y cut from one frame share its partitions' keys, read once.
         blocks = client.compute([*self._x_blocks, *self._y_blocks, *(self._w_blocks or [])])
-        x_blocks, y_blocks = blocks[: len(self._x_blocks)], blocks[len(self._x_blocks) :]
-        y_blocks, w_blocks = y_blocks[: len(self._y_blocks)], y_blocks[len(self._y_blocks) :]
-        w_blocks = w_blocks if self._w_blocks is not None else None
+        n_x, n_xy = len(self._x_blocks), len(self._x_blocks) + len(self._y_blocks)
+        x_blocks, y_blocks = blocks[:n_x], blocks[n_x:n_xy]
+        w_blocks = None if self._w_blocks is None else blocks[n_xy:]
         futures = {}
         for w, (rows, start, stop) in plans.items():
             w_pieces = None
@@ -995,9 +995,9 @@ def blocks_and_lengths(
     """Each Dask collection's row blocks (:func:`_delayed_blocks`) and their lengths.
 
     Lengths a collection does not know are counted on the workers (only counts travel),
-    ``client``'s or, with None, those of Dask's current scheduler, for every collection
-    in one call: one wait, where one each was a round trip each (X, y and the weights of
-    a data frame), and each collection's graph is built once, for its blocks and counts.
+    ``client``'s or, with None, those of Dask's current scheduler, for all collections in
+    one wait (X, y and the weights of a data frame had a round trip each), and each
+    collection's graph is built once, for its blocks and their counts.
     """
     blocks = [_delayed_blocks(obj) for obj in objs]
     lengths: list[list[int] | None] = [
