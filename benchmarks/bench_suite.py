@@ -63,7 +63,8 @@ def _fresh_env(venv: Path) -> dict[str, str]:
     """The environment of a shell that has just activated ``venv``."""
     env = dict(os.environ)
     # A user's shell has none of these (PYTHONDONTWRITEBYTECODE would make every test
-    # process compile from source what an install with --no-compile left uncompiled).
+    # process compile from source what the install left uncompiled: uv, as pip's
+    # --no-compile, compiles no bytecode at install).
     for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "HMDSPT_REQUIRE_ALL"):
         env.pop(name, None)
     env["VIRTUAL_ENV"] = str(venv)
