@@ -209,16 +209,22 @@ def _check_lazy_input(estimator, X) -> None:
         estimator._set_n_features(width, None, reset=False)
 
 
+def _row_blocks(method, X, n_columns: int | None, dtype):
+    """``(rows, method)``: Dask array or DataFrame ``X`` as a Dask array of whole rows in
+    every block, and ``method`` wrapped to take such a block (a frame's as its frame, a
+    block of no rows). ``n_columns`` is the width of the output, None for a 1-d output."""
+    if _is_dask_frame(X):
+        method = functools.partial(blocks.on_frame, method, dict(X.dtypes.items()))
+    method = functools.partial(blocks.unless_empty, method, n_columns, dtype)
+    return _rows_of(X).rechunk({1: -1}), method
+
+
 def _blockwise(method, X, n_columns: int | None, dtype):
     """Apply ``method`` to every row block of Dask array or DataFrame ``X``; a Dask array.
 
     ``n_columns`` is the width of the output, None for a 1-d output.
     """
-    if _is_dask_frame(X):
-        method = functools.partial(blocks.on_frame, method, dict(X.dtypes.items()))
-    method = functools.partial(blocks.unless_empty, method, n_columns, dtype)
-    X = _rows_of(X)
-    X = X.rechunk({1: -1})  # whole rows in every block
+    X, method = _row_blocks(method, X, n_columns, dtype)
     # A NaN or infinite feature is refused, by its row, as scikit-learn refuses it in
     # memory: the network would predict the first class for it, and a score count it.
     X = _checked_by_block(X, blocks.refuse_non_finite_features)
@@ -245,21 +251,47 @@ def _checked_by_block(values, check):
     return values.map_blocks(functools.partial(blocks.checked_block, check), dtype=values.dtype)
 
 
-def _lazy_mean(values, sample_weight=None):
-    """(Weighted) mean over the rows of a Dask array, lazily; per column for 2-D."""
-    if sample_weight is None:
-        return values.mean(axis=0)
+def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None) -> float:
+    """``model``'s score (accuracy or R^2) of Dask ``X`` against ``y``, one task per row
+    block: each checks its rows, predicts and compares them, and returns the sums the
+    score is added up from (:func:`blocks.score_parts`). As a lazy graph of predictions,
+    checks, comparisons and means, a score took six tasks a block."""
+    import dask
     import dask.array as da
 
-    weights = (
-        _rows_of(sample_weight)
-        if _is_lazy(sample_weight)
-        else da.from_array(np.asarray(sample_weight, dtype=np.float64))
-    )
-    weights = weights.rechunk({0: values.chunks[0]})
-    if values.ndim == 2:
-        weights = weights[:, None]
-    return (values * weights).sum(axis=0) / weights.sum(axis=0)
+    _check_lazy_input(estimator, X)
+    regression = not is_classifier(estimator)
+    labels = None if regression else estimator._label_columns()
+    dtype = model.dtype if regression else estimator.classes_.dtype
+    predictor = blocks.BlockPredictor(model, labels)
+    rows, predict = _row_blocks(predictor, X, _prediction_width(estimator), dtype)
+    targets = _aligned_labels(y, rows)
+    if targets.ndim == 2:
+        targets = targets.rechunk({1: -1})
+    if sample_weight is None:
+        weights = [None] * rows.numblocks[0]
+    else:
+        w = (
+            _rows_of(sample_weight)
+            if _is_lazy(sample_weight)
+            else da.from_array(np.asarray(sample_weight, dtype=np.float64))
+        )
+        weights = w.rechunk({0: rows.chunks[0]}).to_delayed(optimize_graph=False).ravel()
+    starts = np.cumsum((0, *rows.chunks[0][:-1]))
+    parts = [
+        dask.delayed(blocks.score_parts, pure=True)(predict, regression, int(start), x, t, w)
+        for start, x, t, w in zip(
+            starts,
+            rows.to_delayed(optimize_graph=False).ravel(),
+            targets.to_delayed(optimize_graph=False).ravel(),
+            weights,
+        )
+    ]
+    if client is None:
+        computed = dask.compute(*parts, optimize_graph=False)
+    else:
+        computed = client.gather(client.compute(parts, optimize_graph=False))
+    return blocks.combined_score(list(computed), regression)
 
 
 def _emulation_of(client) -> dict | None:
@@ -1484,15 +1516,9 @@ class _BaseBPNN(BaseEstimator):
 
     def _score_unchecked(self, X, y, model: MLP | None = None, sample_weight=None) -> float:
         if _is_lazy(X):  # held-out Dask data: scored block by block on the workers
-            y_pred = self._lazy_predictions(X, self._model if model is None else model)
-            score = self._lazy_score(y_pred, y, X, sample_weight)
+            model = self._model if model is None else model
             client = getattr(self, "_score_client", None)
-            value = (
-                score.compute()
-                if client is None
-                else client.compute(score, optimize_graph=False).result()
-            )
-            return float(value)
+            return _score_of_dask(self, X, y, model, sample_weight, client)
         y_pred = self._predict(X, check_input=False, model=model)
         if np.issubdtype(y_pred.dtype, np.floating) and not np.isfinite(y_pred).all():
             return np.nan
@@ -1850,17 +1876,10 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
             # A float, as scikit-learn's scorers require (cross_val_score, GridSearchCV).
-            return float(self._lazy_score(self.predict(X), y, X, sample_weight))
+            check_is_fitted(self)
+            return _score_of_dask(self, X, y, self._model, sample_weight)
         _refuse_missing_labels(y)  # scikit-learn's accuracy fails on one unnamed
         return super().score(X, y, sample_weight=sample_weight)
-
-    def _lazy_score(self, y_pred, y, X, sample_weight=None):
-        """Accuracy of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
-        labels = _checked_by_block(_aligned_labels(y, X), blocks.refuse_missing_labels)
-        hits = y_pred == labels
-        if hits.ndim == 2:  # multilabel: a row is right when all its labels are
-            hits = hits.all(axis=1)
-        return _lazy_mean(hits, sample_weight)
 
     def predict_proba(self, X):
         """Probability estimates.
@@ -2256,18 +2275,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
             return _score_of_path(self, X, y, sample_weight)
         if _is_lazy(X):
             # A float, as scikit-learn's scorers require (cross_val_score, GridSearchCV).
-            return float(self._lazy_score(self.predict(X), y, X, sample_weight))
+            check_is_fitted(self)
+            return _score_of_dask(self, X, y, self._model, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
-
-    def _lazy_score(self, y_pred, y, X, sample_weight=None):
-        """R^2 of lazy predictions ``y_pred`` of Dask ``X`` against ``y``, lazily."""
-        y_true = _checked_by_block(
-            _aligned_labels(y, X).astype(np.float64), blocks.refuse_non_finite_targets
-        )
-        y_pred = y_pred.astype(np.float64).reshape(y_true.shape)
-        residual = _lazy_mean((y_true - y_pred) ** 2, sample_weight)
-        spread = _lazy_mean((y_true - _lazy_mean(y_true, sample_weight)) ** 2, sample_weight)
-        return (1 - residual / spread).mean()  # per output, then their mean
 
     def predict(self, X):
         """Predict using the multi-layer perceptron model.

@@ -911,3 +911,92 @@ def test_several_label_columns_named_as_y_are_refused_in_one_line(client, frame,
         BPNNClassifier(client=client, **PARAMS).fit(
             ddf.drop(columns=["label", "other"]), ["a", "b"]
         )
+
+
+class _TaskCount:
+    """A scheduler plugin that counts the tasks that finish, by the name of their key."""
+
+    name = "hmdspt-test-task-count"
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if finish == "memory":
+            self.names.append(str(key[0] if isinstance(key, tuple) else key))
+
+
+def _tasks_of(client: Client, call) -> list[str]:
+    """The names of the tasks Dask ran while ``call()`` ran."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    plugin = type("TaskCount", (_TaskCount, SchedulerPlugin), {})()
+    client.register_plugin(plugin)
+    try:
+        call()
+        return client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.plugins[_TaskCount.name].names)
+        )
+    finally:
+        client.unregister_scheduler_plugin(_TaskCount.name)
+
+
+@pytest.mark.parametrize("Estimator", [BPNNClassifier, BPNNRegressor])
+def test_a_score_of_dask_rows_is_one_task_per_block_besides_the_rows_own(client, Estimator):
+    """A score of Dask rows built a lazy graph of six tasks a block (features checked,
+    predicted, labels checked, compared, a mean's chunk) and its reductions: every held-out
+    score of an early-stopping fit paid them. Now one task a block checks, predicts and
+    sums; the rest are the blocks of X, y and the weights themselves."""
+    X, y = make_classification(1200, 6, n_informative=4, n_classes=3, random_state=0)
+    w = np.linspace(0.5, 2, len(y))
+    model = Estimator(hidden_layer_sizes=(8,), max_iter=3, random_state=0).fit(X, y)
+    Xd, yd, wd = (da.from_array(a, chunks=200) for a in (X, y, w))
+    scores = []
+    names = _tasks_of(client, lambda: scores.append(model.score(Xd, yd, sample_weight=wd)))
+    assert scores[0] == pytest.approx(model.score(X, y, sample_weight=w), abs=1e-6)
+    assert len(names) <= 4 * Xd.numblocks[0], sorted(set(names))
+    assert sum("score_parts" in n for n in names) == Xd.numblocks[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 7), min_size=1, max_size=6).filter(lambda n: sum(n) >= 2),
+    outputs=st.integers(1, 3),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_scores_added_up_from_blocks_are_the_scores_of_all_rows(lengths, outputs, weighted, seed):
+    """The blocks' parts of an accuracy and of an R^2 per output (the spread pooled about
+    the overall mean) add up to scikit-learn's score of all rows at once, empty blocks
+    included."""
+    from sklearn.metrics import accuracy_score, r2_score
+
+    from hmdspt.parallel.blocks import combined_score, score_parts
+
+    rng = np.random.default_rng(seed)
+    n = sum(lengths)
+    X = rng.normal(size=(n, 2))
+    w = rng.uniform(0.1, 3, n) if weighted else None
+    targets = rng.normal(5, 2, size=(n, outputs))
+    guesses = targets + rng.normal(0, 1, size=targets.shape)
+    labels = rng.integers(0, 3, n)
+    hits = rng.integers(0, 3, n)
+    edges = np.cumsum([0, *lengths])
+
+    def parts(truth, predicted, regression):
+        return [
+            score_parts(
+                lambda _, s=slice(a, b): predicted[s],
+                regression,
+                int(a),
+                X[a:b],
+                truth[a:b],
+                None if w is None else w[a:b],
+            )
+            for a, b in zip(edges[:-1], edges[1:])
+        ]
+
+    expected_r2 = r2_score(targets, guesses, sample_weight=w, force_finite=False)
+    assert combined_score(parts(targets, guesses, True), True) == pytest.approx(expected_r2)
+    expected = accuracy_score(labels, hits, sample_weight=w)
+    assert combined_score(parts(labels, hits, False), False) == pytest.approx(expected)

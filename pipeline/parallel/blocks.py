@@ -1,10 +1,11 @@
-"""What Dask runs on each row block of a user's Dask input: predictions and label checks.
+"""What Dask runs on each row block of a user's Dask input: predictions, checks, scores.
 
-The estimator builds its lazy ``predict``, ``predict_proba`` and ``score`` of Dask input
-from these (``map_blocks``). They are pickled into every task by reference, so the
-workers import this module, never the estimator's, which imports scikit-learn: seconds
-that a fresh worker paid in a fit's first staging or score (docs/design.md). Nothing
-here imports it; ``tests/test_worker_imports.py`` checks that workers never do.
+The estimator builds its lazy ``predict`` and ``predict_proba`` of Dask input from these
+(``map_blocks``), and its ``score`` from one :func:`score_parts` task a block.
+They are pickled into every task by reference, so the workers import this module, never
+the estimator's, which imports scikit-learn: seconds that a fresh worker paid in a fit's
+first staging or score (docs/design.md). Nothing here imports it;
+``tests/test_worker_imports.py`` checks that workers never do.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from hmdspt.parallel.readers import check_labels_present, non_finite_error
 __all__ = [
     "BlockPredictor",
     "checked_block",
+    "combined_score",
     "on_frame",
     "refuse_missing_labels",
     "refuse_non_finite_features",
     "refuse_non_finite_targets",
+    "score_parts",
     "unless_empty",
 ]
 
@@ -120,3 +123,62 @@ def _refuse_non_finite(values: np.ndarray, rows: np.ndarray, part: str) -> None:
     found = first_non_finite(values, rows)
     if found is not None:  # found block by block: "e.g.", not "first"
         raise non_finite_error(None, found, False, part=part)
+
+
+def score_parts(
+    predict: Callable,
+    regression: bool,
+    start: int,
+    features: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray | None,
+) -> np.ndarray:
+    """One row block's part of a score, in one task: its features and labels checked
+    (``start`` its first row's number, for the messages), predicted and compared.
+
+    A classifier's part is ``[[sum of weights of right rows, sum of weights]]`` (a row of
+    several labels is right when all are); a regressor's, per output (columns), the sum of
+    weights, the weighted mean of the targets, the weighted sum of squares about that mean
+    and of the residuals. :func:`combined_score` adds the blocks' parts up.
+    """
+    rows = np.arange(start, start + len(features))
+    refuse_non_finite_features(features, rows)
+    w = np.ones(len(features)) if weights is None else np.asarray(weights, np.float64)
+    predictions = predict(features)
+    if not regression:
+        refuse_missing_labels(labels, rows)
+        right = predictions == labels
+        if right.ndim == 2:
+            right = right.all(axis=1)
+        return np.array([[np.sum(w * right), np.sum(w)]])
+    refuse_non_finite_targets(labels, rows)
+    targets = as_rows(np.asarray(labels, np.float64))
+    predictions = np.asarray(predictions, np.float64).reshape(targets.shape)
+    total = np.sum(w)
+    mean = w @ targets / total if total > 0 else np.zeros(targets.shape[1])
+    spread = w @ (targets - mean) ** 2
+    residual = w @ (targets - predictions) ** 2
+    return np.vstack([np.full_like(mean, total), mean, spread, residual])
+
+
+def combined_score(parts: list[np.ndarray], regression: bool) -> float:
+    """The score of the rows whose blocks gave ``parts`` (:func:`score_parts`): accuracy,
+    or R^2 per output averaged over the outputs. The blocks' spreads are pooled about the
+    overall mean (Chan et al.'s update), as one pass over all rows would find them."""
+    if not regression:
+        right, total = np.sum(np.vstack(parts), axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return float(right / total)
+    total = mean = spread = residual = 0.0
+    for part in parts:
+        n, block_mean, block_spread, block_residual = part
+        if not n.any():
+            continue
+        new_total = total + n
+        delta = block_mean - mean
+        mean = mean + delta * n / new_total
+        spread = spread + block_spread + delta**2 * total * n / new_total
+        residual = residual + block_residual
+        total = new_total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(np.mean(1 - np.asarray(residual) / spread))
