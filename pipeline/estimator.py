@@ -235,19 +235,18 @@ def _blockwise(method, X, n_columns: int | None, dtype):
     )
 
 
-def _aligned_labels(y, X):
-    """Dask labels in the row blocks of ``X``'s predictions (for a lazy ``score``)."""
+def _aligned_rows(values, rows):
+    """``values`` (labels or weights, Dask or in memory) as a Dask array in the row blocks
+    of the Dask array ``rows``."""
     import dask.array as da
 
-    rows = _rows_of(X)
-    labels = _rows_of(y) if _is_lazy(y) else da.from_array(np.asarray(y))
-    return labels.rechunk({0: rows.chunks[0]})
+    values = _rows_of(values) if _is_lazy(values) else da.from_array(np.asarray(values))
+    return values.rechunk({0: rows.chunks[0]})
 
 
 def _checked_by_block(values, check):
     """Dask ``values`` whose blocks are passed, as they are computed, to ``check(block,
-    rows)`` (``rows`` their row numbers), which raises on a bad one: a lazy score counted a
-    missing label as a wrong answer, or came to NaN on a NaN target, naming no row."""
+    rows)`` (``rows`` their row numbers), which raises on a bad one, naming its row."""
     return values.map_blocks(functools.partial(blocks.checked_block, check), dtype=values.dtype)
 
 
@@ -257,7 +256,6 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
     score is added up from (:func:`blocks.score_parts`). As a lazy graph of predictions,
     checks, comparisons and means, a score took six tasks a block."""
     import dask
-    import dask.array as da
 
     _check_lazy_input(estimator, X)
     regression = not is_classifier(estimator)
@@ -265,18 +263,14 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
     dtype = model.dtype if regression else estimator.classes_.dtype
     predictor = blocks.BlockPredictor(model, labels)
     rows, predict = _row_blocks(predictor, X, _prediction_width(estimator), dtype)
-    targets = _aligned_labels(y, rows)
+    targets = _aligned_rows(y, rows)
     if targets.ndim == 2:
         targets = targets.rechunk({1: -1})
-    if sample_weight is None:
-        weights = [None] * rows.numblocks[0]
-    else:
-        w = (
-            _rows_of(sample_weight)
-            if _is_lazy(sample_weight)
-            else da.from_array(np.asarray(sample_weight, dtype=np.float64))
-        )
-        weights = w.rechunk({0: rows.chunks[0]}).to_delayed(optimize_graph=False).ravel()
+    weights = (
+        [None] * rows.numblocks[0]
+        if sample_weight is None
+        else _aligned_rows(sample_weight, rows).to_delayed(optimize_graph=False).ravel()
+    )
     starts = np.cumsum((0, *rows.chunks[0][:-1]))
     parts = [
         dask.delayed(blocks.score_parts, pure=True)(predict, regression, int(start), x, t, w)
