@@ -154,6 +154,110 @@ def test_a_second_sigint_milliseconds_later_does_not_lose_run_end(tmp_path, gap_
     assert [e["status"] for e in ends] == ["stopped"], out
 
 
+# A round's wait (call each worker, wait on the membership, cancel what is left) with a
+# KeyboardInterrupt at its n-th point where a signal handler can run, for every n: after
+# each, the event loop and the membership must still answer. A Ctrl-C once landed as a
+# ``threading.Condition`` was entered and left its lock taken: the event loop then blocked
+# on it, and the driver hung in the cluster's close.
+INTERRUPT_POINTS_DRIVER = """
+import asyncio, os, pickle, sys, threading, time
+from distributed import Client, LocalCluster
+from hmdspt.parallel.client import call_each
+from hmdspt.parallel.membership import Membership
+from tests.clusters import FREE_PORTS
+
+# A handler runs as a Python function starts and after a C function returns (or fails),
+# not between a C call's set-up and the call.
+HANDLER_POINTS = {"call", "c_return", "c_exception"}
+
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+def one_round(client, membership, workers, interrupt_at):
+    seen = [0]
+    def profile(frame, event, arg):
+        if event in HANDLER_POINTS:
+            seen[0] += 1
+            if seen[0] == interrupt_at:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+    call = {"function": pickle.dumps(nap), "args": pickle.dumps((0.02,))}
+    pending = set(call_each(client, "run", {w: call for w in workers}).values())
+    try:
+        sys.setprofile(profile)
+        try:
+            while pending:
+                done, gone = membership.wait_any(pending, workers)
+                pending -= done
+                for reply in done:
+                    reply.result()
+        finally:
+            for reply in pending:
+                reply.cancel()
+            sys.setprofile(None)
+    except KeyboardInterrupt:
+        return seen[0], True
+    return seen[0], False
+
+def stuck(client, membership):
+    ping = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), client.loop.asyncio_loop)
+    try:
+        ping.result(timeout=10)
+    except TimeoutError:
+        return "the event loop is blocked"
+    reader = threading.Thread(target=membership.live, daemon=True)
+    reader.start()
+    reader.join(10)
+    return "the membership's lock is held" if reader.is_alive() else None
+
+with LocalCluster(
+    n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS
+) as cluster, Client(cluster) as client, Membership(client) as membership:
+    workers = sorted(client.scheduler_info()["workers"])
+    points, _ = one_round(client, membership, workers, 0)
+    interrupted = 0
+    for n in range(1, points + 1):
+        interrupted += one_round(client, membership, workers, n)[1]
+        problem = stuck(client, membership)
+        if problem:
+            print(f"a KeyboardInterrupt at point {n} of {points}: {problem}", flush=True)
+            os._exit(1)
+    print(f"points {points} interrupted {interrupted}", flush=True)
+"""
+
+
+def test_a_ctrl_c_anywhere_in_a_rounds_wait_leaves_no_lock_taken(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(INTERRUPT_POINTS_DRIVER)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=ENV, capture_output=True, text=True, timeout=300
+    )
+    found = re.search(r"points (\d+) interrupted (\d+)", done.stdout)
+    assert done.returncode == 0 and found, done.stdout + done.stderr[-5000:]
+    points, interrupted = map(int, found.groups())
+    # Most points stop the wait (a few land in a finalizer, which swallows them).
+    assert points >= 10 and interrupted >= points / 2, (points, interrupted)
+
+
+def test_a_second_ctrl_c_while_the_fit_stops_is_noted_not_raised(sigint_raises):
+    """Raised as the fit unwinds, it could land as a ``threading.Condition`` is entered
+    (cancelling a call, waiting on a future) and leave that lock taken for good."""
+    from hmdspt.parallel.lifecycle import InterruptWatch
+
+    watch = InterruptWatch().install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            sum(range(1000))  # bytecodes for the handler to run in
+        signal.raise_signal(signal.SIGINT)
+        sum(range(1000))
+        assert watch.pending
+    finally:
+        watch.uninstall()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 class _InterruptsWhenCollected:
     """Sends this process a SIGINT from its ``__del__``: Python then raises the
     KeyboardInterrupt inside the finalizer, which prints "Exception ignored" and drops it,

@@ -17,11 +17,11 @@ between short waits.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
+import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from distributed import Client, Future, Worker, wait
 from distributed.protocol import to_serialize
 
 __all__ = [
+    "Reply",
     "WorkerLostError",
     "blas_limit_for_own_workers",
     "call_each",
@@ -293,9 +294,84 @@ def scatter_to(
                 time.sleep(pause)
 
 
-def call_each(
-    client: Client, op: str, calls: Mapping[str, Mapping[str, Any]]
-) -> dict[str, concurrent.futures.Future]:
+class Reply:
+    """One worker's answer to :func:`call_each`, set on the event loop, read anywhere.
+
+    Not a ``concurrent.futures.Future``: that one's methods take a ``threading.Condition``,
+    and a Ctrl-C landing in the driver as one of them enters it leaves its lock taken for
+    good; the event loop's ``set_result`` then blocks forever, and with it the cluster's
+    close. A reply is read without a lock and its callbacks are kept under a plain one.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._outcome: tuple[bool, Any] | None = None  # (succeeded, result or error)
+        self._callbacks: list[Callable[[Reply], Any]] = []
+        self._task: asyncio.Task | None = None
+
+    def done(self) -> bool:
+        """Whether the call has answered, failed or been cancelled."""
+        return self._outcome is not None
+
+    def result(self) -> Any:
+        """The handler's ``result``; raises the call's error. Call only when done."""
+        if self._outcome is None:
+            raise RuntimeError("the call has not answered yet")
+        succeeded, value = self._outcome
+        if not succeeded:
+            raise value
+        return value
+
+    def add_done_callback(self, fn: Callable[[Reply], Any]) -> None:
+        """Call ``fn(reply)`` when done (at once if it is), on the thread that ends it."""
+        with self._lock:
+            if self._outcome is None:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def cancel(self) -> None:
+        """Stop waiting for the answer: the reply is done, its call cancelled on the loop."""
+        if self._set((False, asyncio.CancelledError())):
+            try:
+                self._loop.call_soon_threadsafe(self._cancel_task)
+            except RuntimeError:  # the loop has closed: nothing runs on it any more
+                pass
+
+    def _cancel_task(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _set(self, outcome: tuple[bool, Any]) -> bool:
+        with self._lock:
+            if self._outcome is not None:
+                return False
+            self._outcome, callbacks, self._callbacks = outcome, self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+        return True
+
+    def _start(self, call: Coroutine[Any, Any, Any]) -> None:
+        """On the loop: run the call, end the reply with its outcome."""
+
+        async def run() -> None:
+            try:
+                value = await call
+            except BaseException as exc:  # the call's error is the reply's (cancel too)
+                self._set((False, exc))
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                self._set((True, value))
+
+        if self._outcome is None:
+            self._task = asyncio.ensure_future(run())
+        else:
+            call.close()  # cancelled before it started
+
+
+def call_each(client: Client, op: str, calls: Mapping[str, Mapping[str, Any]]) -> dict[str, Reply]:
     """Call the comm handler ``op`` of each worker straight from the driver, all at once.
 
     Each call goes over the client's connection pool to its worker, not through the
@@ -312,9 +388,9 @@ def call_each(
     Returns
     -------
     dict
-        A :class:`concurrent.futures.Future` per worker of its handler's ``result``. A
-        call to a worker that dies fails with the broken connection's error; one to a
-        worker that hangs does not end, so wait on it with the fit's membership
+        A :class:`Reply` per worker of its handler's ``result``. A call to a worker that
+        dies fails with the broken connection's error; one to a worker that hangs does
+        not end, so wait on it with the fit's membership
         (:meth:`hmdspt.parallel.membership.Membership.wait_any`) and cancel it when the
         worker has left.
     """
@@ -325,7 +401,7 @@ def call_each(
         return reply["result"]
 
     loop = client.loop.asyncio_loop
-    return {
-        address: asyncio.run_coroutine_threadsafe(call(address, kwargs), loop)
-        for address, kwargs in calls.items()
-    }
+    replies = {address: Reply(loop) for address in calls}
+    for address, kwargs in calls.items():
+        loop.call_soon_threadsafe(replies[address]._start, call(address, kwargs))
+    return replies

@@ -193,8 +193,11 @@ class InterruptWatch:
     ``KeyboardInterrupt`` is printed as "Exception ignored" and the fit goes on.
     :meth:`install` wraps the SIGINT handler so that an interrupt it raises is noted;
     :meth:`raise_if_swallowed`, called where the fit can stop cleanly (between rounds),
-    raises it again if it did not stop the fit. Handlers that do not raise, and threads
-    other than the main one, are left as they are.
+    raises it again if it did not stop the fit. Once one has been raised, a second Ctrl-C
+    is noted and not raised: the fit is already stopping, and a KeyboardInterrupt raised as
+    its unwinding enters a ``threading.Condition`` (cancelling a call, waiting on a
+    future) would leave that lock taken for good, and the event loop blocked on it.
+    Handlers that do not raise, and threads other than the main one, are left as they are.
     """
 
     def __init__(self) -> None:
@@ -215,6 +218,8 @@ class InterruptWatch:
             self._handler = None
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.pending:
+            return  # already stopping (see the class's notes)
         try:
             self._handler(signum, frame)
         except KeyboardInterrupt:

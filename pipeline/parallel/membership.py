@@ -4,7 +4,7 @@ The scheduler logs every worker it adds or removes on its event topic ``"all"``
 (``Scheduler.add_worker`` / ``remove_worker``). :class:`Membership` subscribes its client to
 that topic and keeps the set of live workers from those events: no polling, and a wait
 that must notice a lost worker (:meth:`Membership.wait_gone`, :meth:`Membership.wait_any`)
-blocks on a condition that the event handler, or a future's completion, wakes.
+blocks until the event handler, or a future's completion, wakes it (:class:`Wakeups`).
 
 While a membership is open, :func:`active_membership` returns it for its client, so the
 waits of :mod:`hmdspt.parallel.client` (and through them staging and re-balancing) ask it
@@ -13,17 +13,18 @@ instead of the scheduler.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from distributed import Client, Future
 
 from hmdspt.parallel.client import _MEMBERSHIPS, WorkerLostError, _membership, scheduler_workers
 
-__all__ = ["Membership", "active_membership"]
+__all__ = ["Membership", "Wakeups", "active_membership"]
 
 TOPIC = "all"
 
@@ -47,6 +48,50 @@ def _unsubscribe(dask_scheduler: Any, client_id: str) -> int:
     return topic.count
 
 
+class Wakeups:
+    """A lock for shared state and waits on it that other threads wake, safe from Ctrl-C.
+
+    ``threading.Condition`` is not: its ``with`` runs Python code between taking its lock
+    and entering the block, and a KeyboardInterrupt raised there leaves the lock taken for
+    good; the event loop's next notify then blocks forever, and with it the cluster's
+    close. Here ``with wakeups.lock`` takes a plain lock in one step, and a wait blocks on
+    a queue of its own that :meth:`notify_all` puts into (both in C).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._waiting: set[queue.SimpleQueue] = set()
+
+    def notify_all(self) -> None:
+        """Wake every wait (any thread; never blocks on a waiting thread)."""
+        with self.lock:
+            waiting = list(self._waiting)
+        for wake in waiting:
+            wake.put(None)
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Block until ``predicate()``, called with :attr:`lock` held, is true, or until
+        ``timeout`` seconds; its last value."""
+        wake: queue.SimpleQueue = queue.SimpleQueue()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            self._waiting.add(wake)
+        try:
+            while True:
+                with self.lock:
+                    result = predicate()
+                left = None if deadline is None else deadline - time.monotonic()
+                if result or (left is not None and left <= 0):
+                    return result
+                try:
+                    wake.get(timeout=left)
+                except queue.Empty:
+                    pass
+        finally:
+            with self.lock:
+                self._waiting.discard(wake)
+
+
 class _Feed:
     """A client's one subscription to the worker events, shared by its open memberships.
 
@@ -58,7 +103,7 @@ class _Feed:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.changed = threading.Condition()
+        self.changed = Wakeups()
         self.live: set[str] = set()
         self.departed: set[str] = set()  # seen live, then removed (and not back)
         self.joins: list[str] = []  # every add event, in order
@@ -81,21 +126,20 @@ class _Feed:
             self.atomic = False
             self.client.subscribe_topic(TOPIC, self.handle)
             snapshot = {"workers": list(scheduler_workers(self.client)), "count": 0}
-        with self.changed:
+        with self.changed.lock:
             # Events that arrived during the snapshot happened after it (atomic case).
             self.live |= set(snapshot["workers"]) - self.departed
             self.first_count = int(snapshot["count"])
-            self.changed.notify_all()
+        self.changed.notify_all()
 
     def close(self, timeout: float) -> None:
         handlers = getattr(self.client, "_event_handlers", {})
         try:
             if self.atomic:
                 count = self.client.run_on_scheduler(_unsubscribe, client_id=self.client.id)
-                with self.changed:
-                    # Events already on their way: let them land on this handler.
-                    expected = int(count) - self.first_count
-                    self.changed.wait_for(lambda: self.received >= expected, timeout)
+                # Events already on their way: let them land on this handler.
+                expected = int(count) - self.first_count
+                self.changed.wait_for(lambda: self.received >= expected, timeout)
             else:
                 self.client.unsubscribe_topic(TOPIC)
         except Exception:  # the scheduler is gone: no more events will come
@@ -106,14 +150,13 @@ class _Feed:
                     self.client.subscribe_topic(TOPIC, self.previous)
                 else:
                     handlers.pop(TOPIC, None)
-            with self.changed:
-                self.changed.notify_all()
+            self.changed.notify_all()
 
     def handle(self, event: tuple[float, Any]) -> None:
         """The client's handler of topic ``"all"`` (runs on the client's event loop)."""
         _, msg = event
         action = msg.get("action") if isinstance(msg, dict) else None
-        with self.changed:
+        with self.changed.lock:
             self.received += 1
             if action == "add-worker":
                 self.live.add(msg["worker"])
@@ -122,7 +165,7 @@ class _Feed:
             elif action == "remove-worker":
                 self.live.discard(msg["worker"])
                 self.departed.add(msg["worker"])
-            self.changed.notify_all()
+        self.changed.notify_all()
         if self.previous is not None:
             self.previous(event)
 
@@ -163,7 +206,7 @@ class Membership:
         self._first_join = 0  # the feed's joins before this membership opened
 
     @property
-    def _changed(self) -> threading.Condition:
+    def _changed(self) -> Wakeups:
         return self._feed.changed
 
     # ---------------------------------------------------------------- lifetime
@@ -177,7 +220,7 @@ class Membership:
                 feed = _Feed(self.client)
                 feed.open()
                 _FEEDS[self.client] = feed
-            with feed.changed:
+            with feed.changed.lock:
                 self._first_join = len(feed.joins)
             feed.members.append(self)
             self._feed, self._open = feed, True
@@ -213,7 +256,7 @@ class Membership:
     def live(self) -> set[str]:
         """The addresses of the workers in the cluster now."""
         feed = self._feed
-        with feed.changed:
+        with feed.changed.lock:
             return set(feed.live)
 
     def joined(self, known: Iterable[str]) -> set[str]:
@@ -223,22 +266,20 @@ class Membership:
     def joins(self) -> list[str]:
         """Every worker address the scheduler added since the subscription, in order."""
         feed = self._feed
-        with feed.changed:
+        with feed.changed.lock:
             return list(feed.joins[self._first_join :])
 
     def wait_joined(self, known: Iterable[str], timeout: float) -> set[str]:
         """Block until a worker not among ``known`` is live, or ``timeout``; those joined."""
         known = set(known)
         feed = self._feed
-        with feed.changed:
-            feed.changed.wait_for(lambda: feed.live - known, timeout)
-            return feed.live - known
+        return feed.changed.wait_for(lambda: feed.live - known, timeout)
 
     def gone(self, addresses: Iterable[str]) -> set[str]:
         """Which of ``addresses`` are not in the cluster."""
         addresses = set(addresses)
         feed = self._feed
-        with feed.changed:
+        with feed.changed.lock:
             missing = addresses - feed.live
             unseen = missing - feed.departed
         if unseen:
@@ -256,8 +297,7 @@ class Membership:
         gone = self.gone(addresses)
         if gone or timeout <= 0:
             return gone
-        with self._changed:
-            self._changed.wait_for(lambda: self._gone_locked(addresses), timeout)
+        self._changed.wait_for(lambda: self._gone_locked(addresses), timeout)
         return self.gone(addresses)
 
     def wait_any(
@@ -279,10 +319,9 @@ class Membership:
             return done, gone
         for future in futures:
             future.add_done_callback(self._poke)
-        with self._changed:
-            self._changed.wait_for(
-                lambda: self._gone_locked(watch) or any(f.done() for f in futures), timeout
-            )
+        self._changed.wait_for(
+            lambda: self._gone_locked(watch) or any(f.done() for f in futures), timeout
+        )
         return {f for f in futures if f.done()}, self.gone(watch)
 
     def wait_all(
@@ -308,5 +347,4 @@ class Membership:
                 return pending
 
     def _poke(self, _future: Future) -> None:
-        with self._changed:
-            self._changed.notify_all()
+        self._changed.notify_all()
