@@ -11,7 +11,9 @@ suites in turns, each in its own fresh clone and venv, and prints their ratio::
 The command is each revision's own, read from its README. The machine is used as it is:
 the optional parts (chromium, a running SLURM, the peers' venv) that are present are used
 by both suites, and the line before the results says which are. Nothing is left behind but
-pytest's own folders under the system's temporary directory.
+pytest's own folders under the system's temporary directory and, for a command that failed,
+its whole output in ``benchmarks/out/suite-<side>-<run>.txt`` (the line after the run says
+so).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._common import busy_cpu_seconds
+from .report import OUT, copy_file
 
 ROOT = Path(__file__).resolve().parents[1]
 FILED_AT = "e05e48c"  # the revision issue 16 was filed at
@@ -149,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(1, args.runs + 1):
         for side, revision in (("against", args.against), ("this", "HEAD")):
             work = Path(tempfile.mkdtemp(prefix=f"hmdspt-suite-{side}-"))
+            kept = None
             try:
                 t = time_command(side, revision, work, args.tests_only)
+                if t.returncode:  # the failures' messages, for whoever reads the run later
+                    kept = copy_file(work / "output.txt", OUT / f"suite-{side}-{run}.txt")
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             timings.append(t)
@@ -161,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             for line in t.failures:
                 print(f"    {line}")
+            if kept is not None:
+                print(f"    its whole output: {kept.relative_to(ROOT)}")
     medians = {
         s: statistics.median(t.seconds for t in timings if t.side == s) for s in ("against", "this")
     }
