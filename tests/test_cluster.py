@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -469,3 +470,58 @@ def test_the_commands_quiet_worker_logs_drop_only_what_the_command_says_itself()
         assert quiet.filter(record("Worker stream died during communication"))
     assert not quiet.filter(heartbeat)  # the worker closed
     assert quiet.filter(record("Worker stream died during communication"))
+
+
+_RELEASED = threading.Event()  # lets the task of an in-process worker below end
+
+
+def _until_released() -> bool:
+    return _RELEASED.wait(60)
+
+
+def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
+    """A worker closed while it runs a task logs "Async instruction for <Task ...> ended
+    with CancelledError" on ``distributed.worker.state_machine``: at the end of a command
+    whose one worker's read failed, another still read its block, and the warning followed
+    the command's one-line error (a run of the suite in a fresh venv failed on it)."""
+    import logging
+
+    from hmdspt.parallel.cluster import QuietWorkerLogs, QuietWorkerLogsPlugin
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    kept = Kept()
+    _RELEASED.clear()
+    state_machine = logging.getLogger("distributed.worker.state_machine")
+    state_machine.addHandler(kept)
+    try:
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            client.register_plugin(QuietWorkerLogsPlugin())
+            running = client.submit(_until_released, pure=False)
+            deadline = time.monotonic() + 30
+            while not any(client.processing().values()):
+                assert time.monotonic() < deadline, "the task never started"
+                time.sleep(0.01)
+            # As the command's cluster closes; not waiting for the task's thread to end.
+            client.sync(cluster.workers[0].close, executor_wait=False)
+            del running
+    finally:
+        _RELEASED.set()
+        state_machine.removeHandler(kept)
+        for name in ("distributed.worker", "distributed.worker.state_machine"):
+            # The filters stay on a worker's loggers; here, the test process's.
+            logger = logging.getLogger(name)
+            for f in [f for f in logger.filters if isinstance(f, QuietWorkerLogs)]:
+                logger.removeFilter(f)
+    assert not [m for m in kept.messages if "CancelledError" in m], kept.messages
