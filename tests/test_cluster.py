@@ -37,6 +37,7 @@ from hmdspt.parallel.worker import (
     throttled,
 )
 from tests.clusters import FREE_PORTS
+from tests.logs import kept_messages
 
 pytestmark = pytest.mark.heavy(4)  # local clusters, some of processes
 
@@ -488,20 +489,10 @@ def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
 
     from hmdspt.parallel.cluster import QuietWorkerLogs, QuietWorkerLogsPlugin
 
-    class Kept(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
-    kept = Kept()
     _RELEASED.clear()
-    state_machine = logging.getLogger("distributed.worker.state_machine")
-    state_machine.addHandler(kept)
     try:
         with (
+            kept_messages("distributed.worker.state_machine") as messages,
             LocalCluster(
                 n_workers=1, threads_per_worker=1, processes=False, **FREE_PORTS
             ) as cluster,
@@ -518,10 +509,9 @@ def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
             del running
     finally:
         _RELEASED.set()
-        state_machine.removeHandler(kept)
         for name in ("distributed.worker", "distributed.worker.state_machine"):
             # The filters stay on a worker's loggers; here, the test process's.
             logger = logging.getLogger(name)
             for f in [f for f in logger.filters if isinstance(f, QuietWorkerLogs)]:
                 logger.removeFilter(f)
-    assert not [m for m in kept.messages if "CancelledError" in m], kept.messages
+    assert not [m for m in messages if "CancelledError" in m], messages

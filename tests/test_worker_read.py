@@ -7,7 +7,6 @@ logic; the driver-memory measurement on process workers is ``benchmarks/bench_dr
 from __future__ import annotations
 
 import gc
-import logging
 import re
 import threading
 import time
@@ -36,6 +35,7 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.rounds import TrainingError
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
+from tests.logs import kept_messages
 
 pytestmark = pytest.mark.heavy(17)  # clusters, file reads and CLI runs
 
@@ -563,15 +563,6 @@ def test_score_names_a_missing_label_as_fit_does(client, frame, kind):
         model.score(X, y)
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warning(client):
     """X, y and the weights masked by one mask (rows of unknown count, as ``X[X[:, 0] > 0]``)
     share the mask's keys. Each call that computed one of them fused those keys into other
@@ -582,18 +573,13 @@ def test_rows_that_share_a_mask_are_staged_without_the_schedulers_run_spec_warni
     y = (X[:, 0] * 3).astype(int)
     weights = da.from_array(rng.random(3000), chunks=500)
     mask = X[:, 1] > 0.1
-    records = _Records()
-    logger = logging.getLogger("distributed.scheduler")
-    logger.addHandler(records)
-    try:
+    with kept_messages("distributed.scheduler") as messages:
         model = BPNNClassifier((8,), max_iter=2, early_stopping=True, random_state=0, client=client)
         _fit(model, X[mask], y[mask], sample_weight=weights[mask])
         _fit(
             model.set_params(early_stopping=False), X[mask], y[mask], eval_set=(X[~mask], y[~mask])
         )
-    finally:
-        logger.removeHandler(records)
-    assert not [m for m in records.messages if "run_spec" in m], records.messages[:1]
+    assert not [m for m in messages if "run_spec" in m], messages[:1]
     # A score of the same rows after the fits can still meet the warning, by a race in the
     # scheduler (5 of 25 scores: docs/design.md), so it is not asserted here.
     assert 0 <= model.score(X[mask], y[mask], sample_weight=weights[mask]) <= 1
