@@ -487,7 +487,11 @@ def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
     the command's one-line error (a run of the suite in a fresh venv failed on it)."""
     import logging
 
-    from hmdspt.parallel.cluster import QuietWorkerLogs, QuietWorkerLogsPlugin
+    from hmdspt.parallel.cluster import (
+        QUIETED_WORKER_LOGGERS,
+        QuietWorkerLogs,
+        QuietWorkerLogsPlugin,
+    )
 
     _RELEASED.clear()
     try:
@@ -509,7 +513,7 @@ def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
             del running
     finally:
         _RELEASED.set()
-        for name in ("distributed.worker", "distributed.worker.state_machine"):
+        for name in QUIETED_WORKER_LOGGERS:
             # The filters stay on a worker's loggers; here, the test process's.
             logger = logging.getLogger(name)
             for f in [f for f in logger.filters if isinstance(f, QuietWorkerLogs)]:
