@@ -7,7 +7,9 @@ and the client's event handler given back when the fit ends.
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -60,6 +62,31 @@ def test_a_worker_that_closes_is_seen_gone_by_the_membership(cluster):
         assert membership.wait_gone({a, b}, timeout=600) == {b}
         assert membership.live() == {a}
         assert membership.gone({a, b}) == {b}
+
+
+async def _stop_listening(worker) -> None:
+    """The worker takes no new connection (they are refused) but stays in the cluster."""
+    for listener in worker.listeners:
+        listener.stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("watched", ["membership", "scheduler"])
+def test_a_scatter_retrying_a_refused_connection_ends_as_its_worker_leaves(cluster, watched):
+    # distributed retries a refused connection for its whole connect timeout (600 s here,
+    # 30 s by default): the scatter must end with the worker, not with that timeout.
+    with dask.config.set({"distributed.comm.timeouts.connect": "600s"}), Client(cluster) as client:
+        with Membership(client) if watched == "membership" else nullcontext():
+            _, b = sorted(cluster.scheduler.workers)
+            (worker,) = [w for w in cluster.workers.values() if w.address == b]
+            cluster.sync(_stop_listening, worker)
+            leaves = threading.Timer(1.0, _close, (cluster, b))
+            leaves.start()
+            try:
+                with pytest.raises(WorkerLostError, match=f"worker {b} left the cluster"):
+                    scatter_to(client, np.arange(3), b, timeout=600)
+            finally:
+                leaves.join()
 
 
 def test_a_wait_on_a_lost_workers_pinned_task_raises_at_once(cluster):

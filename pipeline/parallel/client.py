@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import threading
 import time
 import weakref
@@ -245,9 +246,12 @@ def scatter_to(
 
     distributed's direct scatter waits, for as long as its timeout, until the worker
     *runs*; one that is retiring or has left never will. Here each attempt waits
-    ``poll_s`` and then checks that the worker is still in the cluster. A broken
-    connection (the worker died mid-transfer, before the scheduler noticed) is one more
-    failed attempt: the next look at the cluster tells a lost worker from a blip.
+    ``poll_s`` for that and then checks that the worker is still in the cluster. Once the
+    worker runs, the attempt connects to it, and distributed retries a refused connection
+    for its whole connect timeout (30 s): an attempt is therefore waited on only while its
+    worker stays in the cluster, and abandoned as soon as it leaves. A broken connection
+    (the worker died mid-transfer, before the scheduler noticed) is one more failed
+    attempt: the next look at the cluster tells a lost worker from a blip.
 
     Raises
     ------
@@ -258,16 +262,21 @@ def scatter_to(
         (paused for memory, retiring without leaving, or unreachable).
     """
     deadline = time.monotonic() + timeout
+    payload = data if key is None else {key: data}
     while True:
         broken: OSError | None = None
+        attempt = _start_on_loop(
+            client,
+            client.scatter(
+                payload, workers=[worker], direct=True, hash=False, timeout=poll_s,
+                asynchronous=True,
+            ),
+        )  # fmt: skip
+        if not _ended_while_present(client, attempt, worker, poll_s):
+            raise WorkerLostError(f"worker {worker} left the cluster during staging")
         try:
-            if key is None:
-                return client.scatter(
-                    data, workers=[worker], direct=True, hash=False, timeout=poll_s
-                )
-            return client.scatter(
-                {key: data}, workers=[worker], direct=True, hash=False, timeout=poll_s
-            )[key]
+            result = attempt.result()
+            return result if key is None else result[key]
         except TimeoutError as exc:  # before OSError: TimeoutError is one
             exc.__traceback__ = None  # see wait_some: the cycle would keep data alive
         except OSError as exc:  # CommClosedError, connection refused or reset
@@ -292,6 +301,41 @@ def scatter_to(
                 membership.wait_gone({worker}, pause)  # ends early when it leaves
             else:
                 time.sleep(pause)
+
+
+def _start_on_loop(client: Client, call: Coroutine[Any, Any, Any]) -> Reply:
+    """Run the coroutine ``call`` on the client's event loop; its cancellable reply."""
+    loop = client.loop.asyncio_loop
+    reply = Reply(loop)
+    loop.call_soon_threadsafe(reply._start, call)
+    return reply
+
+
+def _ended_while_present(client: Client, reply: Reply, worker: str, poll_s: float) -> bool:
+    """Wait for ``reply`` while ``worker`` stays in the cluster: whether it ended.
+
+    When the worker leaves first, the call is cancelled and False returned. The fit's
+    membership wakes the wait as the worker leaves; without one, the scheduler is asked
+    every ``poll_s`` seconds.
+    """
+    membership = _membership(client)
+    if membership is None:
+        # A queue, not a threading.Event: see Wakeups (a Ctrl-C inside Event.wait can
+        # leave its lock taken, and the event loop's set() would then block for good).
+        ended: queue.SimpleQueue = queue.SimpleQueue()
+        reply.add_done_callback(lambda _: ended.put(None))
+    while not reply.done():
+        if membership is not None:
+            _, gone = membership.wait_any([reply], {worker})
+        else:
+            try:
+                ended.get(timeout=poll_s)
+                gone = False
+            except queue.Empty:
+                gone = worker not in scheduler_workers(client)
+        if gone and reply.cancel():
+            return False
+    return True
 
 
 class Reply:
@@ -331,13 +375,18 @@ class Reply:
                 return
         fn(self)
 
-    def cancel(self) -> None:
-        """Stop waiting for the answer: the reply is done, its call cancelled on the loop."""
-        if self._set((False, asyncio.CancelledError())):
-            try:
-                self._loop.call_soon_threadsafe(self._cancel_task)
-            except RuntimeError:  # the loop has closed: nothing runs on it any more
-                pass
+    def cancel(self) -> bool:
+        """Stop waiting for the answer: the reply is done, its call cancelled on the loop.
+
+        Returns whether it was cancelled (False: it had already ended).
+        """
+        if not self._set((False, asyncio.CancelledError())):
+            return False
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_task)
+        except RuntimeError:  # the loop has closed: nothing runs on it any more
+            pass
+        return True
 
     def _cancel_task(self) -> None:
         if self._task is not None:
