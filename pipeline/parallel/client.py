@@ -314,9 +314,11 @@ def _start_on_loop(client: Client, call: Coroutine[Any, Any, Any]) -> Reply:
 def _ended_while_present(client: Client, reply: Reply, worker: str, poll_s: float) -> bool:
     """Wait for ``reply`` while ``worker`` stays in the cluster: whether it ended.
 
-    When the worker leaves first, the call is cancelled and False returned. The fit's
-    membership wakes the wait as the worker leaves; without one, the scheduler is asked
-    every ``poll_s`` seconds.
+    When the worker leaves first, False is returned and the call is left to end on the
+    loop, its outcome unread: cancelling it would orphan the task distributed's scatter
+    runs the transfer in, whose error asyncio then logs ("Task exception was never
+    retrieved") once the connection pool gives up. The fit's membership wakes the wait
+    as the worker leaves; without one, the scheduler is asked every ``poll_s`` seconds.
     """
     membership = _membership(client)
     if membership is None:
@@ -333,7 +335,7 @@ def _ended_while_present(client: Client, reply: Reply, worker: str, poll_s: floa
                 gone = False
             except queue.Empty:
                 gone = worker not in scheduler_workers(client)
-        if gone and reply.cancel():
+        if gone and not reply.done():
             return False
     return True
 
@@ -375,18 +377,13 @@ class Reply:
                 return
         fn(self)
 
-    def cancel(self) -> bool:
-        """Stop waiting for the answer: the reply is done, its call cancelled on the loop.
-
-        Returns whether it was cancelled (False: it had already ended).
-        """
-        if not self._set((False, asyncio.CancelledError())):
-            return False
-        try:
-            self._loop.call_soon_threadsafe(self._cancel_task)
-        except RuntimeError:  # the loop has closed: nothing runs on it any more
-            pass
-        return True
+    def cancel(self) -> None:
+        """Stop waiting for the answer: the reply is done, its call cancelled on the loop."""
+        if self._set((False, asyncio.CancelledError())):
+            try:
+                self._loop.call_soon_threadsafe(self._cancel_task)
+            except RuntimeError:  # the loop has closed: nothing runs on it any more
+                pass
 
     def _cancel_task(self) -> None:
         if self._task is not None:
