@@ -24,15 +24,14 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from hmdspt import BPNNClassifier
 from hmdspt.cli import main
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy(9)  # fits on a cluster, joblib processes
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
         yield cluster
 
 
@@ -182,9 +181,7 @@ def test_one_worker_of_two_threads_keeps_the_blas_of_this_process(data):
     cores = len(os.sched_getaffinity(0))
     with (
         threadpool_limits(limits=cores, user_api="blas"),
-        LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
-        ) as single,
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, **FREE_PORTS) as single,
         Client(single) as client,
     ):
         during = []

@@ -464,7 +464,7 @@ def test_the_commands_quiet_worker_logs_drop_only_what_the_command_says_itself()
         return logging.LogRecord("distributed.worker", logging.ERROR, "", 0, message, (), None)
 
     heartbeat = record("Failed to communicate with scheduler during heartbeat.")
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=1, processes=False, **FREE_PORTS) as cluster:
         quiet = QuietWorkerLogs(cluster.workers[0])
         assert not quiet.filter(record("Compute Failed\nKey: %s\n"))
         assert quiet.filter(heartbeat)  # a running worker that lost its scheduler: shown

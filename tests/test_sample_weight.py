@@ -15,14 +15,13 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_classification
 
 from hmdspt import BPNNClassifier
+from tests.clusters import FREE_PORTS
 
 
 @pytest.fixture(scope="module")
 def client():
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
-        ) as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
         Client(cluster) as client,
     ):
         yield client

@@ -21,6 +21,7 @@ from hmdspt.parallel import worker
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.scoring import PROBE_MIN_S, probe_workers, score_workers
 from hmdspt.parallel.worker import probe_task
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy(7)  # probes on emulated clusters
 
@@ -459,7 +460,7 @@ def test_score_workers_needs_workers_and_consistent_settings(client):
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        LocalCluster(n_workers=0, processes=False, **FREE_PORTS) as empty,
         Client(empty) as no_workers,
     ):
         with pytest.raises(ValueError, match="no workers"):
@@ -490,7 +491,7 @@ def _one_of_two_workers_leaving():
     from distributed import Client, LocalCluster
 
     with (
-        LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        LocalCluster(n_workers=2, processes=False, **FREE_PORTS) as cluster,
         Client(cluster) as client,
     ):
         staying, leaving = sorted(scheduler_workers(client))

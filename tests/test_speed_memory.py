@@ -26,6 +26,7 @@ from hmdspt.parallel.worker import (
     set_slowdown,
     speed_key,
 )
+from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy(14)
 
@@ -234,9 +235,7 @@ def test_in_process_workers_keep_their_own_round_state_and_memory_on_their_plugi
 
     X, Y = data
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
-        ) as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
         Client(cluster) as c,
     ):
         _slowed(c)

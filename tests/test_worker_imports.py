@@ -18,6 +18,7 @@ from sklearn.preprocessing import LabelBinarizer
 
 from hmdspt import BPNNClassifier, BPNNRegressor
 from hmdspt.core.shard import LabelColumns
+from tests.clusters import FREE_PORTS
 
 LABEL_KINDS = {
     "ints": st.integers(-3, 3),
@@ -91,9 +92,7 @@ def test_workers_that_train_predict_and_score_never_import_scikit_learn(tmp_path
     frame.to_csv(path, index=False)
     # Process workers: in-process ones share the test's modules, scikit-learn included.
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, **FREE_PORTS) as cluster,
         Client(cluster) as client,
     ):
         # Nothing in a fresh worker imports it (else the check below could not fail).

@@ -35,6 +35,7 @@ from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.rounds import TrainingError
 from hmdspt.parallel.sources import WorkerRead
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
+from tests.clusters import FREE_PORTS
 from tests.logs import kept_messages
 
 pytestmark = pytest.mark.heavy(17)  # clusters, file reads and CLI runs
@@ -44,9 +45,7 @@ N_ROWS, N_FEATURES = 6000, 10
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(
-        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster:
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
         yield cluster
 
 
