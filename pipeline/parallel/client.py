@@ -446,8 +446,4 @@ def call_each(client: Client, op: str, calls: Mapping[str, Mapping[str, Any]]) -
         reply = await getattr(rpc, op)(**{k: to_serialize(v) for k, v in kwargs.items()})
         return reply["result"]
 
-    loop = client.loop.asyncio_loop
-    replies = {address: Reply(loop) for address in calls}
-    for address, kwargs in calls.items():
-        loop.call_soon_threadsafe(replies[address]._start, call(address, kwargs))
-    return replies
+    return {address: _start_on_loop(client, call(address, kw)) for address, kw in calls.items()}
