@@ -1,7 +1,8 @@
 """The fit's membership: the live workers from the scheduler's worker events (issue 16.4).
 
-In-process clusters: a worker closing, a pinned task whose worker left, a worker joining,
-and the client's event handler given back when the fit ends.
+In-process clusters: a worker closing, a pinned task whose worker left, a scatter to a worker
+that refuses connections and then leaves, a worker joining, and the client's event handler
+given back when the fit ends.
 """
 
 from __future__ import annotations

@@ -341,7 +341,9 @@ def _ended_while_present(client: Client, reply: Reply, worker: str, poll_s: floa
 
 
 class Reply:
-    """One worker's answer to :func:`call_each`, set on the event loop, read anywhere.
+    """The outcome of a call run on the client's event loop (:func:`_start_on_loop`): one
+    worker's answer to :func:`call_each`, or one attempt of :func:`scatter_to`. Set on the
+    event loop, read anywhere.
 
     Not a ``concurrent.futures.Future``: that one's methods take a ``threading.Condition``,
     and a Ctrl-C landing in the driver as one of them enters it leaves its lock taken for
