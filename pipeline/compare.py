@@ -92,6 +92,10 @@ def _sklearn_run(params: dict, X, y, X_test, y_test, max_seconds: float | None) 
 # with room (docs/design.md, "Benchmark set-up"); the warm-up's epochs stop at 25.
 WARM_UP_ROWS = 60_000
 WARM_UP_ROW_PASSES = 300_000
+# Where a model is so fast that one warm-up fit is too short to be remembered, its totals
+# carry on into the next (hmdspt.parallel.worker): at most this many fits, and only when
+# that many would add up to a memory on every worker.
+WARM_UP_FITS = 4
 
 
 def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
@@ -104,12 +108,21 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     would: a proportional run then starts from those speeds instead of a probe. For that the
     warm-up holds every class (the output layer is part of the shape), processes about
     ``WARM_UP_ROW_PASSES`` rows, enough regular rounds on every worker to be remembered
-    (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`), and uses the timed runs'
-    ``rounds_per_epoch``, so that its rounds are as large as the sample allows.
+    (:data:`hmdspt.parallel.worker.MIN_REMEMBERED_BUSY_S`; where one fit is too short, the
+    totals of more fits add up, as long as at most ``WARM_UP_FITS`` fits could get every
+    worker there), and uses the timed runs' ``rounds_per_epoch``, so that its rounds are as
+    large as the sample allows.
     """
     from sklearn.exceptions import ConvergenceWarning
 
+    from hmdspt.core.config import TrainerConfig
     from hmdspt.estimator import BPNNClassifier
+    from hmdspt.parallel.worker import (
+        MIN_REMEMBERED_BUSY_S,
+        remembered_speed,
+        speed_key,
+        unremembered_busy_s,
+    )
 
     y = np.asarray(y)
     rng = np.random.default_rng(0)
@@ -118,16 +131,34 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     rows = np.union1d(first_of_class, rng.choice(len(y), size=n, replace=False))
     warm = {k: v for k, v in params.items() if k not in ("max_iter", "random_state")}
     epochs = min(25, -(-WARM_UP_ROW_PASSES // len(rows)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
-        warm_up = BPNNClassifier(
-            client=client,
-            max_iter=epochs,
-            random_state=0,
-            rounds_per_epoch=rounds_per_epoch,
-            **warm,
-        ).fit(np.asarray(X)[rows], y[rows])
-    _stop_if_interrupted(warm_up)
+    for fit in range(1, WARM_UP_FITS + 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
+            warm_up = BPNNClassifier(
+                client=client,
+                max_iter=epochs,
+                random_state=0,
+                rounds_per_epoch=rounds_per_epoch,
+                **warm,
+            ).fit(np.asarray(X)[rows], y[rows])
+        _stop_if_interrupted(warm_up)
+        model = warm_up._model
+        key = speed_key(
+            model.layer_sizes,
+            warm_up._batch_size(len(rows)),
+            model.dtype,
+            model.hidden_activation,
+            model.out_activation,
+        )
+        reuse_s = TrainerConfig().reuse_speeds_s  # what the timed runs will accept
+        memories = client.run(remembered_speed, key, reuse_s)
+        if all(m is not None for m in memories.values()):
+            return
+        # Fit again only if the fits left could add up to a memory on every worker.
+        carried = client.run(unremembered_busy_s, key, workers=[*memories])
+        least = min(carried[w] for w, m in memories.items() if m is None)
+        if least * WARM_UP_FITS < MIN_REMEMBERED_BUSY_S * fit:
+            return
 
 
 def _stop_if_interrupted(model) -> None:

@@ -278,7 +278,7 @@ def test_the_cli_says_it_connects_first_and_reports_a_silent_scheduler_at_once(c
 def test_compares_one_process_baseline_stays_in_process_inside_its_client(
     cluster, data, tmp_path, monkeypatch
 ):
-    from hmdspt.compare import run_comparison
+    from hmdspt.compare import WARM_UP_FITS, run_comparison
 
     X, y = data
     on_cluster: list[object] = []
@@ -303,4 +303,7 @@ def test_compares_one_process_baseline_stays_in_process_inside_its_client(
             echo=lambda line: None,
         )
     assert [r.name for r in results] == ["bpnn-in-process"]
-    assert on_cluster == [client]  # the untimed warm-up only
+    # The untimed warm-up only: fits too short to leave the workers' speeds in their memory
+    # are repeated, at most WARM_UP_FITS times.
+    assert 1 <= len(on_cluster) <= WARM_UP_FITS
+    assert all(target is client for target in on_cluster)

@@ -25,6 +25,7 @@ from hmdspt.parallel.worker import (
     remembered_speed,
     set_slowdown,
     speed_key,
+    unremembered_busy_s,
 )
 from tests.clusters import FREE_PORTS
 
@@ -133,6 +134,49 @@ def test_a_second_fit_of_the_same_shape_starts_from_the_speeds_the_first_measure
     fast, slow = sorted(shares, key=lambda n: -next(e["score"] for e in scores if e["worker"] == n))
     assert shares[fast] > shares[slow]
     assert set(names.values()) == set(shares)
+
+
+def test_fits_too_short_to_be_remembered_add_up_until_they_are(client, data, tmp_path):
+    # A grid search's fits: each alone too short to leave a memory, so each would probe.
+    client.run(forget_speeds)
+    names = {a: str(i["name"]) for a, i in scheduler_workers(client).items()}
+    totals: dict[str, dict] = {}  # per worker: what its memory must hold, from the logs
+    for n in range(1, 7):
+        trainer, events = _fit(client, data, tmp_path / f"short{n}.jsonl", epochs=1)
+        if {e["source"] for e in _scores(events)} == {"remembered"}:
+            break
+        for name in names.values():
+            total = totals.setdefault(name, dict(rows=0, busy_s=0.0, fits=0, done=None))
+            if total["busy_s"] >= MIN_REMEMBERED_BUSY_S:  # remembered: the next total starts
+                total.update(rows=0, busy_s=0.0, fits=0)
+            total["fits"] += 1
+            for e in _regular_rounds(events):
+                total["rows"] += e["workers"][name]["rows"]
+                total["busy_s"] += e["workers"][name]["busy_s"]
+            if total["busy_s"] >= MIN_REMEMBERED_BUSY_S:
+                total["done"] = dict(total, run_id=trainer.run_id)
+        carried = client.run(unremembered_busy_s, _key(data))
+        for address, memory in client.run(remembered_speed, _key(data), 600.0).items():
+            busy_s = totals[names[address]]["busy_s"]
+            expected = busy_s if busy_s < MIN_REMEMBERED_BUSY_S else 0.0
+            assert carried[address] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+            done = totals[names[address]]["done"]
+            if done is None:
+                assert memory is None, (n, memory)
+                continue
+            assert memory is not None, (n, done)
+            assert memory["speed"] == pytest.approx(done["rows"] / done["busy_s"], rel=1e-9)
+            assert (memory["fits"], memory["run_id"]) == (done["fits"], done["run_id"])
+    else:
+        pytest.fail(f"six short fits left no memory on every worker: {totals}")
+    assert n > 2, "the test's fits are long enough to be remembered one by one"
+    assert max(e["fits"] for e in _scores(events)) > 1
+    # Totals stop carrying on once they are older than reuse_speeds_s.
+    client.run(forget_speeds)
+    for k in range(n):  # one more than made a memory above
+        _fit(client, data, tmp_path / f"apart{k}.jsonl", epochs=1, reuse_speeds_s=1e-6)
+    memories = client.run(remembered_speed, _key(data), 600.0).values()
+    assert all(m is None or m["fits"] == 1 for m in memories), memories
 
 
 def test_no_reuse_when_switched_off_forgotten_too_old_or_another_shape(client, data, tmp_path):

@@ -89,6 +89,7 @@ class RoundRunner:
                 and rounds_left <= t._rounds_per_epoch
                 and not t._catching_up
             ),
+            speed_memory_s=cfg.reuse_speeds_s,
         )
 
     def run(

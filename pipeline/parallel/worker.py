@@ -76,6 +76,7 @@ __all__ = [
     "speed_key",
     "set_slowdown",
     "throttled",
+    "unremembered_busy_s",
 ]
 
 
@@ -514,21 +515,36 @@ def speed_key(
 
 
 def _remember_speed(plugin: HMDSPTWorkerPlugin, spec: RoundSpec, rows: int, busy_s: float) -> None:
-    """Add a round's rows and busy seconds to this worker's record of the run."""
+    """Add a round's rows and busy seconds to this worker's record of the model shape.
+
+    A new fit starts its own total, except after fits too short to be remembered: their
+    totals, if their last round is younger than ``spec.speed_memory_s``, carry on into it,
+    so that a run of short fits (a grid search's) is remembered once they add up to
+    ``MIN_REMEMBERED_BUSY_S`` and later fits skip the probe.
+    """
     key = speed_key(
         spec.layer_sizes, spec.batch_size, spec.dtype, spec.hidden_activation, spec.out_activation
     )
     entry = plugin.speeds.setdefault(key, {})
-    if entry.get("run_id") != spec.run_id:  # a new fit: start its own total
-        entry.update(run_id=spec.run_id, rows=0, busy_s=0.0)
+    now = time.time()
+    if entry.get("run_id") != spec.run_id:  # a new fit
+        carried = (
+            entry.get("busy_s", 0.0) < MIN_REMEMBERED_BUSY_S
+            and now - entry.get("updated", -math.inf) <= spec.speed_memory_s
+        )
+        if not carried:
+            entry.update(rows=0, busy_s=0.0, fits=0)
+        entry.update(run_id=spec.run_id, fits=entry.get("fits", 0) + 1)
     entry["rows"] += rows
     entry["busy_s"] += busy_s
+    entry["updated"] = now
     if entry["busy_s"] >= MIN_REMEMBERED_BUSY_S:
         entry["remembered"] = {
             "speed": entry["rows"] / entry["busy_s"],
             "busy_s": entry["busy_s"],
             "run_id": spec.run_id,
-            "time": time.time(),
+            "fits": entry["fits"],
+            "time": now,
         }
 
 
@@ -547,8 +563,10 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
     Returns
     -------
     memory : dict or None
-        ``speed`` (rows per busy second over the fit), ``busy_s`` (what it was measured
-        over), ``run_id`` of that fit and ``age_s``; None when there is none young enough.
+        ``speed`` (rows per busy second), ``busy_s`` (what it was measured over), ``run_id``
+        of the fit that completed it, ``fits`` (how many fits it adds up: more than one
+        when short fits carried their totals on) and ``age_s``; None when there is none
+        young enough.
     """
     plugin = _worker_plugin(dask_worker)
     entry = None if plugin is None else plugin.speeds.get(tuple(key))
@@ -559,6 +577,15 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
     if age_s > max_age_s:
         return None
     return {**{k: v for k, v in memory.items() if k != "time"}, "age_s": age_s}
+
+
+def unremembered_busy_s(key: tuple, dask_worker: Worker) -> float:
+    """Busy seconds this worker holds for ``key`` that made no memory yet (call through
+    ``client.run``): what fits too short to be remembered added up so far (0: none)."""
+    plugin = _worker_plugin(dask_worker)
+    entry = None if plugin is None else plugin.speeds.get(tuple(key))
+    busy_s = 0.0 if entry is None else float(entry.get("busy_s", 0.0))
+    return busy_s if busy_s < MIN_REMEMBERED_BUSY_S else 0.0
 
 
 def forget_speeds(dask_worker: Worker) -> int:
@@ -1003,6 +1030,9 @@ class RoundSpec:
     remember_speed : bool
         Add the round's rows and busy seconds to the worker's remembered speed (a regular
         round with proportional shares; see :func:`remembered_speed`).
+    speed_memory_s : float
+        How long the totals of fits too short to be remembered carry on into the next fit
+        of the same shape (the fit's ``reuse_speeds_s``; 0: each fit on its own).
     """
 
     run_id: str
@@ -1024,6 +1054,7 @@ class RoundSpec:
     chunk_batches: int = 16
     return_row_ids: bool = False
     remember_speed: bool = False
+    speed_memory_s: float = 0.0
 
 
 def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
