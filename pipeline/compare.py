@@ -156,7 +156,7 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
             return
         # Fit again only if the fits left could add up to a memory on every worker.
         carried = client.run(unremembered_busy_s, key, workers=[*memories])
-        least = min(carried[w] for w, m in memories.items() if m is None)
+        least = min(carried.get(w, 0.0) for w, m in memories.items() if m is None)
         if least * WARM_UP_FITS < MIN_REMEMBERED_BUSY_S * fit:
             return
 

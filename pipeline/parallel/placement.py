@@ -68,7 +68,7 @@ class Placement:
                     round_=0,
                     age_s=memory["age_s"],
                     from_run_id=memory["run_id"],
-                    fits=memory["fits"],
+                    fits=memory.get("fits", 1),  # a worker of an older version: one fit
                 )
             return
         # Skipped only by a policy that re-balances (the first re-balance brings the shares
