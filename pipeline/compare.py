@@ -131,6 +131,7 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     rows = np.union1d(first_of_class, rng.choice(len(y), size=n, replace=False))
     warm = {k: v for k, v in params.items() if k not in ("max_iter", "random_state")}
     epochs = min(25, -(-WARM_UP_ROW_PASSES // len(rows)))
+    reuse_s = TrainerConfig().reuse_speeds_s  # what the timed runs will accept
     for fit in range(1, WARM_UP_FITS + 1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # a short fit on purpose
@@ -150,7 +151,6 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
             model.hidden_activation,
             model.out_activation,
         )
-        reuse_s = TrainerConfig().reuse_speeds_s  # what the timed runs will accept
         memories = client.run(remembered_speed, key, reuse_s)
         if all(m is not None for m in memories.values()):
             return
