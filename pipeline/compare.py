@@ -119,8 +119,8 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
     from hmdspt.estimator import BPNNClassifier
     from hmdspt.parallel.worker import (
         MIN_REMEMBERED_BUSY_S,
+        model_speed_key,
         remembered_speed,
-        speed_key,
         unremembered_busy_s,
     )
 
@@ -143,14 +143,7 @@ def _warm_up(client, X, y, params: dict, rounds_per_epoch: int | str) -> None:
                 **warm,
             ).fit(np.asarray(X)[rows], y[rows])
         _stop_if_interrupted(warm_up)
-        model = warm_up._model
-        key = speed_key(
-            model.layer_sizes,
-            warm_up._batch_size(len(rows)),
-            model.dtype,
-            model.hidden_activation,
-            model.out_activation,
-        )
+        key = model_speed_key(warm_up._model, warm_up._batch_size(len(rows)))
         memories = client.run(remembered_speed, key, reuse_s)
         if all(m is not None for m in memories.values()):
             return

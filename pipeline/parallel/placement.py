@@ -16,7 +16,7 @@ from hmdspt.core.nn import training_speed
 from hmdspt.core.speed import probe_pays
 from hmdspt.parallel.rebalance import rebalance
 from hmdspt.parallel.scoring import PROBE_MIN_S, score_workers
-from hmdspt.parallel.worker import remembered_speed, speed_key
+from hmdspt.parallel.worker import model_speed_key, remembered_speed
 
 __all__ = ["Placement"]
 
@@ -108,13 +108,7 @@ class Placement:
         t = self.trainer
         if not t.config.reuse_speeds_s:
             return None
-        key = speed_key(
-            t.model.layer_sizes,
-            t.batch_size,
-            t.model.dtype,
-            t.model.hidden_activation,
-            t.model.out_activation,
-        )
+        key = model_speed_key(t.model, t.batch_size)
         try:
             memories = t.client.run(
                 remembered_speed, key, t.config.reuse_speeds_s, workers=addresses

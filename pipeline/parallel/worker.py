@@ -73,6 +73,7 @@ __all__ = [
     "run_ids_held",
     "run_round",
     "run_key",
+    "model_speed_key",
     "speed_key",
     "set_slowdown",
     "throttled",
@@ -511,6 +512,13 @@ def speed_key(
         np.dtype(dtype).name,
         str(hidden_activation),
         str(out_activation),
+    )
+
+
+def model_speed_key(model: MLP, batch_size: int) -> tuple:
+    """:func:`speed_key` of ``model`` trained in mini-batches of ``batch_size`` rows."""
+    return speed_key(
+        model.layer_sizes, batch_size, model.dtype, model.hidden_activation, model.out_activation
     )
 
 
