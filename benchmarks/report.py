@@ -410,6 +410,13 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "quotas the kernel enforces (the mapping printed), CFS period 100 ms.",
             ),
             Part(
+                "worth-testbed-10ms",
+                "The same checks on the testbed at a 10 ms CFS period",
+                "As above with the kernel's CFS period at 10 ms instead of 100 ms: a round "
+                "then spans several periods, where at 100 ms a quota-throttled worker can run "
+                "a short round in one burst at full speed.",
+            ),
+            Part(
                 "ablation-startup",
                 "Start-up: probe, warm start and ramp at four problem sizes",
                 "Digits, the embedded default, the activity windows and KDD Cup 99 on "
