@@ -545,6 +545,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     {
                         "worker": n,
                         **r,
+                        "fixed_ms": 1e3 * r["fixed_s"],
                         "idle_pct": 100 * r["idle_fraction"],
                         "util_pct": None if util is None else 100 * util,
                     }
@@ -554,6 +555,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 [
                     ("worker", "worker", "s"),
                     ("samples/s", "score", ",.0f"),
+                    ("fixed ms", "fixed_ms", ".1f"),
                     ("rows", "rows", ",d"),
                     ("busy s", "busy_s", ".2f"),
                     ("idle s", "idle_s", ".2f"),
@@ -562,6 +564,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 ],
             )
             fit_wall = summary.get("fit_wall_s")
+            print(
+                "samples/s, fixed ms: each worker's speed and fixed cost per round at the "
+                "fit's end, as the round cost model measured them and the shares follow "
+                "(a round of n rows keeps a worker busy for fixed + n / speed)"
+            )
             print(
                 f"util %: busy s over the {'-' if fit_wall is None else f'{fit_wall:.2f}'} s "
                 "from the fit() call to the run log's run_end, the fit line's time less the "

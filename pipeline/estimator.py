@@ -1730,7 +1730,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         a cluster most rounds are scored while the next one trains).
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
-        fraction and final score (samples/s).
+        fraction, final score (samples/s) and ``fixed_s``: the round cost model's speed
+        and fixed seconds per round at the fit's end, which the shares follow (a round's
+        busy time ``fixed_s + rows / score``; docs/design.md, "Round cost model").
     prediction_ : dict or None
         After a fit on a cluster of more than one epoch: what its second epoch was
         predicted to cost from the first's measured speeds and synchronisation
@@ -2121,7 +2123,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         a cluster most rounds are scored while the next one trains).
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
-        fraction and final score (samples/s).
+        fraction, final score (samples/s) and ``fixed_s``: the round cost model's speed
+        and fixed seconds per round at the fit's end, which the shares follow (a round's
+        busy time ``fixed_s + rows / score``; docs/design.md, "Round cost model").
     prediction_ : dict or None
         After a fit on a cluster of more than one epoch: what its second epoch was
         predicted to cost from the first's measured speeds and synchronisation

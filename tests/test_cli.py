@@ -131,6 +131,18 @@ def test_train_worker_table_shows_utilisation_beside_idle(emulated_train):
         assert float(row.split()[-1]) == pytest.approx(100 * w["utilisation"], abs=0.051)
 
 
+def test_train_worker_table_gives_the_fixed_cost_beside_the_speed(emulated_train):
+    result, _ = emulated_train
+    lines = result.stdout.splitlines()
+    (header,) = [line for line in lines if line.split()[:2] == ["worker", "samples/s"]]
+    assert header.split()[2:4] == ["fixed", "ms"]  # beside the speed it goes with
+    assert any(line.startswith("samples/s, fixed ms: ") for line in lines), lines
+    rows = [line.split() for line in lines if line.startswith("worker-")]
+    assert len(rows) == 2  # --speeds 2,1
+    for row in rows:
+        assert float(row[1].replace(",", "")) > 0 and float(row[2]) >= 0, row
+
+
 def test_score_prints_speed_and_share_per_worker():
     # 16:1, not 4:1: load from outside the workers compresses the emulation's ratio (its
     # sleeps follow thread CPU time), and a loaded CI read 4:1 as 0.84:1 (docs/design.md).

@@ -1085,12 +1085,20 @@ class Trainer:
     def _speed(self, addr: str) -> float:
         """A worker's speed as its shares follow it: the round cost model's once it has
         measured the worker, else the scorer's (0 for a worker never scored)."""
-        if addr in self.costs.workers and self.costs.is_measured(addr):
+        if self._cost_measured(addr):
             return float(self.costs.speed(addr))
         return float(self.scorer.score(addr)) if addr in self.scorer.workers else 0.0
 
+    def _fixed_s(self, addr: str) -> float:
+        """The round cost model's fixed seconds per round of a worker (0 until measured)."""
+        return float(self.costs.fixed_s(addr)) if self._cost_measured(addr) else 0.0
+
+    def _cost_measured(self, addr: str) -> bool:
+        return addr in self.costs.workers and self.costs.is_measured(addr)
+
     def report(self) -> dict[str, dict[str, float]]:
-        """Per worker: rows held, busy s, idle s, idle fraction, final score."""
+        """Per worker: rows held, busy s, idle s, idle fraction, final score and fixed
+        seconds per round (the speed and the fixed cost its shares follow)."""
         totals: dict[str, dict[str, float]] = {}
         wall = sum(r.wall_s for r in self.history)
         for record in self.history:
@@ -1104,4 +1112,5 @@ class Trainer:
             t["rows"] = int(counts.get(addr, 0))
             t["idle_fraction"] = t["idle_s"] / wall if wall else 0.0
             t["score"] = self._speed(addr)
+            t["fixed_s"] = self._fixed_s(addr)
         return totals
