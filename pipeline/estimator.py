@@ -1731,8 +1731,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction, final score (samples/s) and ``fixed_s``: the round cost model's speed
-        and fixed seconds per round at the fit's end, which the shares follow (a round's
-        busy time ``fixed_s + rows / score``; docs/design.md, "Round cost model").
+        and fixed seconds per round at the fit's end, which the shares follow (a round of
+        ``n`` rows keeps the worker busy ``fixed_s + n / score`` seconds; docs/design.md,
+        "Round cost model").
     prediction_ : dict or None
         After a fit on a cluster of more than one epoch: what its second epoch was
         predicted to cost from the first's measured speeds and synchronisation
@@ -2124,8 +2125,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
     training_report_ : dict
         After a fit on a cluster: per worker rows held, busy s, comm s, idle s, idle
         fraction, final score (samples/s) and ``fixed_s``: the round cost model's speed
-        and fixed seconds per round at the fit's end, which the shares follow (a round's
-        busy time ``fixed_s + rows / score``; docs/design.md, "Round cost model").
+        and fixed seconds per round at the fit's end, which the shares follow (a round of
+        ``n`` rows keeps the worker busy ``fixed_s + n / score`` seconds; docs/design.md,
+        "Round cost model").
     prediction_ : dict or None
         After a fit on a cluster of more than one epoch: what its second epoch was
         predicted to cost from the first's measured speeds and synchronisation
