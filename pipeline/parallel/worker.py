@@ -556,6 +556,12 @@ def _remember_speed(plugin: HMDSPTWorkerPlugin, spec: RoundSpec, rows: int, busy
         }
 
 
+def _speed_entry(key: tuple, dask_worker: Worker) -> dict | None:
+    """This worker's record of the model shape ``key`` (None: none, or no plugin)."""
+    plugin = _worker_plugin(dask_worker)
+    return None if plugin is None else plugin.speeds.get(tuple(key))
+
+
 def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict | None:
     """This worker's remembered speed for ``key`` (call through ``client.run``).
 
@@ -576,8 +582,7 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
         when short fits carried their totals on) and ``age_s``; None when there is none
         young enough.
     """
-    plugin = _worker_plugin(dask_worker)
-    entry = None if plugin is None else plugin.speeds.get(tuple(key))
+    entry = _speed_entry(key, dask_worker)
     memory = None if entry is None else entry.get("remembered")
     if memory is None:
         return None
@@ -590,8 +595,7 @@ def remembered_speed(key: tuple, max_age_s: float, dask_worker: Worker) -> dict 
 def unremembered_busy_s(key: tuple, dask_worker: Worker) -> float:
     """Busy seconds this worker holds for ``key`` that made no memory yet (call through
     ``client.run``): what fits too short to be remembered added up so far (0: none)."""
-    plugin = _worker_plugin(dask_worker)
-    entry = None if plugin is None else plugin.speeds.get(tuple(key))
+    entry = _speed_entry(key, dask_worker)
     busy_s = 0.0 if entry is None else float(entry.get("busy_s", 0.0))
     return busy_s if busy_s < MIN_REMEMBERED_BUSY_S else 0.0
 
