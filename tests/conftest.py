@@ -36,7 +36,6 @@ import pytest  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from tests.bytecode import compile_once  # noqa: E402
 from tests.clusters import FREE_PORTS  # noqa: E402
 from tests.requires import missing  # noqa: E402
 
@@ -54,9 +53,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "browser, a kernel, many cluster fits), about that many in a run of the suite here; "
         "the longest are handed out first, so the run does not end on one of them",
     )
-    is_controller = not hasattr(config, "workerinput")
-    if is_controller and config.getoption("numprocesses", None):
-        compile_once()  # before the test processes start, each to compile the same
 
 
 def _module_seconds(item: pytest.Item) -> float:
