@@ -70,6 +70,12 @@ SUITE: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "threads": "benchmarks.bench_threads",  # workers as threads of the driver's process
     "testbed": "benchmarks.testbed",  # OS-enforced quotas, not emulated; needs root
     "peers": "benchmarks.bench_peers",  # on the testbed; needs root
+    # Issue 17's first check at its second CFS period: the one process against HMDSPT only
+    # (the peers' figures at 100 ms are the comparison; DDP and Spark take minutes a run).
+    "peers-10ms": (
+        "benchmarks.bench_peers",
+        ("--period-ms", "10", "--systems", "inproc,hmdspt", "--runs", "5"),
+    ),
     "loop": "benchmarks.bench_loop",  # on the testbed; needs root
 }
 RESULTS = Path(__file__).resolve().parent / "results.md"

@@ -259,6 +259,14 @@ QUESTIONS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
                 "command or call, medians of the runs shown.",
             ),
             Part(
+                "peers-10ms",
+                "One process against HMDSPT at a 10 ms CFS period",
+                "The same job with the kernel's CFS period at 10 ms instead of 100 ms, "
+                "`BPNNClassifier` in one process in the 1-core group against HMDSPT with "
+                "proportional and with equal shares, five runs each (issue 17 asks for the "
+                "fit's wall time at most the one process's, at both periods).",
+            ),
+            Part(
                 "testbed",
                 "The testbed's own check and ceiling",
                 "The quotas checked by the kernel's own CPU accounting, and the ceiling: each "
