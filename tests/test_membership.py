@@ -73,6 +73,15 @@ async def _stop_listening(worker) -> None:
         listener.stop()
 
 
+# What a closing worker's stream to the scheduler can leave behind (distributed's BatchedSend
+# waits on a tornado Event with a timeout; only tornado's with_timeout fails a bare Future
+# with this message): seen once in a CI-like run of the suite, not a scatter's leftover.
+_BATCHED_SEND_TIMER = (
+    "Future exception was never retrieved\n"
+    "future: <Future finished exception=TimeoutError('Timeout')>"
+)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("watched", ["membership", "scheduler"])
 def test_a_scatter_retrying_a_refused_connection_ends_as_its_worker_leaves(
@@ -98,15 +107,6 @@ def test_a_scatter_retrying_a_refused_connection_ends_as_its_worker_leaves(
     gc.collect()
     logged = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
     assert [m for m in logged if m != _BATCHED_SEND_TIMER] == []
-
-
-# What a closing worker's stream to the scheduler can leave behind (distributed's BatchedSend
-# waits on a tornado Event with a timeout; only tornado's with_timeout fails a bare Future
-# with this message): seen once in a CI-like run of the suite, not a scatter's leftover.
-_BATCHED_SEND_TIMER = (
-    "Future exception was never retrieved\n"
-    "future: <Future finished exception=TimeoutError('Timeout')>"
-)
 
 
 def test_a_wait_on_a_lost_workers_pinned_task_raises_at_once(cluster):
