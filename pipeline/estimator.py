@@ -106,6 +106,7 @@ _TRAINER_PARAMETERS = (
 _TRAINER_OPTION_CONSTRAINTS: dict = {
     "sync_budget": [Interval(Real, 0, 1, closed="neither")],
     "max_local_steps": [Interval(Integral, 1, None, closed="left")],
+    "early_local_steps": [Interval(Integral, 1, None, closed="left")],
     "block_lr": [Interval(Real, 0, None, closed="neither")],
     "normalize_steps": ["boolean"],
     "topk": [Interval(Real, 0, 1, closed="right")],
@@ -1646,8 +1647,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         the first epoch, then in each epoch as many as keep a round's measured overhead
         (synchronisation and fixed per-round costs) within
         ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
-        ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
-        sized from measured costs").
+        ``trainer_options["max_local_steps"]`` (128) steps per round in the last epoch
+        (``max_iter``'s) and ``trainer_options["early_local_steps"]`` (2048) before it
+        (docs/design.md, "Rounds sized from measured costs").
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
@@ -1685,7 +1687,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
-        ``max_local_steps``, ``block_lr``,
+        ``max_local_steps``, ``early_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
@@ -2042,8 +2044,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         the first epoch, then in each epoch as many as keep a round's measured overhead
         (synchronisation and fixed per-round costs) within
         ``trainer_options["sync_budget"]`` (5 %) of the round, with at most
-        ``trainer_options["max_local_steps"]`` steps per round (docs/design.md, "Rounds
-        sized from measured costs").
+        ``trainer_options["max_local_steps"]`` (128) steps per round in the last epoch
+        (``max_iter``'s) and ``trainer_options["early_local_steps"]`` (2048) before it
+        (docs/design.md, "Rounds sized from measured costs").
     block_momentum : float, default=0.5
         Cluster fits with ``sync="hmdspt"``: momentum of the merged delta.
     compression : {"none", "float16", "topk"}, default="none"
@@ -2081,7 +2084,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
-        ``max_local_steps``, ``block_lr``,
+        ``max_local_steps``, ``early_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,

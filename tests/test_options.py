@@ -48,6 +48,7 @@ CLI_OWN_DEFAULTS = {
 NON_DEFAULT_OPTIONS = {
     "sync_budget": 0.1,
     "max_local_steps": 64,
+    "early_local_steps": 256,
     "block_lr": 0.9,
     "normalize_steps": False,
     "topk": 0.25,

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_digits
 
 from hmdspt import BPNNClassifier
-from hmdspt.core.rounds import SYNC_BUDGET, size_rounds
+from hmdspt.core.rounds import (
+    EARLY_LOCAL_STEPS,
+    MAX_LOCAL_STEPS,
+    SYNC_BUDGET,
+    local_step_bound,
+    size_rounds,
+)
 from hmdspt.core.runlog import read_events, summarize
 
 
@@ -38,6 +44,19 @@ def test_the_step_bound_wins_over_the_budget_and_one_round_is_the_fewest():
     size = size_rounds(0.01, 0.03, 800, 200)  # digits-sized: overhead dominates
     assert (size.rounds_per_epoch, size.bound) == (1, "epoch")
     assert size.overhead_fraction == pytest.approx(0.03 / 0.04)
+
+
+def test_the_tight_step_bound_is_the_last_epochs():
+    assert [local_step_bound(e, 3) for e in (1, 2, 3, 4)] == [
+        EARLY_LOCAL_STEPS,
+        EARLY_LOCAL_STEPS,
+        MAX_LOCAL_STEPS,
+        MAX_LOCAL_STEPS,  # a fit resumed past its last epoch stays tight
+    ]
+    assert local_step_bound(1, 1, max_local_steps=7, early_local_steps=9) == 7  # partial_fit
+    assert local_step_bound(2, 5, max_local_steps=7, early_local_steps=9) == 9
+    with pytest.raises(ValueError, match=r"^max_local_steps and early_local_steps must be >= 1"):
+        local_step_bound(2, 5, early_local_steps=0)
 
 
 @example(compute=0.0, overhead=5e-324, share=1, batch=1, budget=0.5, max_steps=1)  # underflow
@@ -88,13 +107,15 @@ def _rounds_by_epoch(events):
 
 
 def test_auto_rounds_follow_the_sizes_the_fit_logs(client, tmp_path):
-    # One step per round at most: every later epoch has one round per step of the largest
-    # share; an overhead budget no round can meet: one round per epoch.
-    for options, expect in (
-        ({"max_local_steps": 1}, None),
-        ({"sync_budget": 1e-9, "max_local_steps": 10_000}, 1),
+    # One step per round at most in the last epoch (3): one round per step of the largest
+    # share there; epoch 2 has the early bound: one step too when it is 1, the budget's
+    # rounds when it is large. An overhead budget no round can meet: one round per epoch.
+    for name, options, one_step_epochs in (
+        ("last", {"max_local_steps": 1, "early_local_steps": 10_000}, {3}),
+        ("every", {"max_local_steps": 1, "early_local_steps": 1}, {2, 3}),
+        ("none", {"sync_budget": 1e-9, "max_local_steps": 10_000}, set()),
     ):
-        log = tmp_path / f"{len(options)}.jsonl"
+        log = tmp_path / f"{name}.jsonl"
         _fit(client, log, **options)
         events = read_events(log)
         sizes = {e["epoch"]: e for e in events if e["event"] == "round_size"}
@@ -103,12 +124,15 @@ def test_auto_rounds_follow_the_sizes_the_fit_logs(client, tmp_path):
         last_partition = [e for e in events if e["event"] == "partition"]
         for epoch, size in sizes.items():
             assert per_epoch[epoch] == size["rounds_per_epoch"], (epoch, size, per_epoch)
-            if expect is None:
-                rows = [p for p in last_partition if p["round"] < _first_round(events, epoch)]
-                largest = max(rows[-1]["rows"].values())
-                assert size["rounds_per_epoch"] == math.ceil(largest / 200)
+            early = options.get("early_local_steps", EARLY_LOCAL_STEPS)
+            assert size["step_bound"] == (options["max_local_steps"] if epoch == 3 else early)
+            rows = [p for p in last_partition if p["round"] < _first_round(events, epoch)]
+            steps = math.ceil(max(rows[-1]["rows"].values()) / 200)
+            if epoch in one_step_epochs:
+                assert size["rounds_per_epoch"] == steps
             else:
-                assert (size["rounds_per_epoch"], size["bound"]) == (expect, "epoch")
+                # Digits' rounds cost more overhead than compute: one round per epoch.
+                assert (size["rounds_per_epoch"], size["bound"]) == (1, "epoch"), (name, size)
             assert size["sync_s"] > 0 and np.isfinite(size["overhead_fraction"])
 
 

@@ -42,7 +42,7 @@ def _write_all_events(log: RunLogWriter) -> list[dict]:
         log.score(-1, "w0", 400.0, "probe", uncertainty=12.5),
         log.partition(-1, {"w0": 400, "w1": 100}, [("w1", "w0", 150)], 150, 0.02),
         log.warm_start(2000, 2, 0.05, 0.91),
-        log.round_size(2, 3, 1.2, 0.05, 0.01, 0.04, "budget"),
+        log.round_size(2, 3, 1.2, 0.05, 0.01, 0.04, "budget", 2048),
         log.prediction(2, 3, 0.05, 1.4, 1.3, 2.1, 2.0, "w0", 1.43, 0.8),
         log.round(0, 0, 1.3, 0.01, 0.7, None, workers),
         log.worker_lost("w1", round=1, reason="heartbeat"),
@@ -67,6 +67,7 @@ def test_round_trip_of_every_event_type(tmp_path):
     start, score, partition, warm, size, prediction, round_, *_, checkpoint, end = events
     assert (warm["round"], warm["rows"], warm["val_score"]) == (0, 2000, 0.91)
     assert (size["epoch"], size["rounds_per_epoch"], size["bound"]) == (2, 3, "budget")
+    assert size["step_bound"] == 2048
     assert (prediction["fastest"], prediction["speedup"]) == ("w0", 1.43)
     assert start["schema_version"] == SCHEMA_VERSION == 1
     assert score["uncertainty"] == 12.5 and score["source"] == "probe"

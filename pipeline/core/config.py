@@ -14,7 +14,7 @@ from numbers import Integral
 from hmdspt.core import strategies
 from hmdspt.core.merge import COMPRESSION_METHODS
 from hmdspt.core.paths import check_folder_writable
-from hmdspt.core.rounds import MAX_LOCAL_STEPS, SYNC_BUDGET
+from hmdspt.core.rounds import EARLY_LOCAL_STEPS, MAX_LOCAL_STEPS, SYNC_BUDGET
 
 __all__ = ["COMPRESSION_MODES", "TrainerConfig"]
 
@@ -35,11 +35,17 @@ class TrainerConfig:
         Rounds an epoch is split into (``sync="bsp"``: one round per global mini-batch).
         ``"auto"``: the first epoch has ``AUTO_FIRST_EPOCH_ROUNDS``; each later one as
         many as keep a round's measured overhead within ``sync_budget`` of the round, with
-        at most ``max_local_steps`` steps per round (:func:`hmdspt.core.rounds.size_rounds`).
+        at most ``max_local_steps`` steps per round in the fit's last epoch and
+        ``early_local_steps`` before it (:func:`hmdspt.core.rounds.size_rounds`).
     sync_budget : float
         ``rounds_per_epoch="auto"``: largest fraction of a round its overhead may take.
     max_local_steps : int
-        ``rounds_per_epoch="auto"``: most mini-batch steps a worker takes in one round.
+        ``rounds_per_epoch="auto"``: most mini-batch steps a worker takes in one round of
+        the fit's last epoch.
+    early_local_steps : int
+        ``rounds_per_epoch="auto"``: the same in the epochs before the last
+        (:func:`hmdspt.core.rounds.local_step_bound`); ``max_local_steps`` bounds every
+        epoch alike.
     block_momentum : float
         Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
     block_lr : float
@@ -139,6 +145,7 @@ class TrainerConfig:
     rounds_per_epoch: int | str = "auto"
     sync_budget: float = SYNC_BUDGET
     max_local_steps: int = MAX_LOCAL_STEPS
+    early_local_steps: int = EARLY_LOCAL_STEPS
     block_momentum: float = 0.5
     block_lr: float = 1.0
     normalize_steps: bool = True
@@ -180,6 +187,8 @@ class TrainerConfig:
             raise ValueError(f"sync_budget must be in (0, 1), got {self.sync_budget}")
         if self.max_local_steps < 1:
             raise ValueError(f"max_local_steps must be >= 1, got {self.max_local_steps}")
+        if self.early_local_steps < 1:
+            raise ValueError(f"early_local_steps must be >= 1, got {self.early_local_steps}")
         if not 0 <= self.block_momentum < 1:
             raise ValueError(f"block_momentum must be in [0, 1), got {self.block_momentum}")
         if self.ramp_rounds < 0:

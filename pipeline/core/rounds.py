@@ -4,7 +4,8 @@ A round costs its compute plus an overhead that does not shrink with its rows: t
 synchronisation (sending ``w_t``, submitting the tasks, gathering the deltas, the merge)
 and each worker's fixed cost per round. Fewer, longer rounds spend less of the fit on that
 overhead; more local steps between merges can cost accuracy, so the steps a round may hold
-are bounded (docs/design.md, "Rounds sized from measured costs").
+are bounded, tightly in the fit's last epoch (docs/design.md, "Rounds sized from measured
+costs").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AUTO_FIRST_EPOCH_ROUNDS",
+    "EARLY_LOCAL_STEPS",
     "MAX_LOCAL_STEPS",
     "SYNC_BUDGET",
     "RoundSize",
@@ -27,9 +29,14 @@ AUTO_FIRST_EPOCH_ROUNDS = 4
 #: Largest fraction of a round its overhead may take.
 SYNC_BUDGET = 0.05
 
-#: Most local mini-batch steps in one round: below the fewest measured to cost accuracy
-#: (208; docs/design.md, "Rounds sized from measured costs").
+#: Most local mini-batch steps in one round of a fit's last epoch: below the fewest measured
+#: to cost accuracy (208; docs/design.md, "Rounds sized from measured costs").
 MAX_LOCAL_STEPS = 128
+
+#: Most local mini-batch steps in one round of an epoch before the last: the later epochs
+#: train away what longer rounds cost there, so the overhead budget decides (a bound of
+#: 2048 cost no accuracy where it was measured; docs/design.md).
+EARLY_LOCAL_STEPS = 2048
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,40 @@ class RoundSize:
     rounds_per_epoch: int
     overhead_fraction: float
     bound: str
+
+
+def local_step_bound(
+    epoch: int,
+    last_epoch: int,
+    *,
+    max_local_steps: int = MAX_LOCAL_STEPS,
+    early_local_steps: int = EARLY_LOCAL_STEPS,
+) -> int:
+    """Most steps a round of ``epoch`` may hold: ``max_local_steps`` in the fit's last
+    epoch (``last_epoch`` or later), ``early_local_steps`` before it.
+
+    The final model is the merge of the last epoch's rounds, and nothing trains away what
+    their drift costs; an earlier epoch's longer rounds are followed by epochs of short ones.
+
+    Parameters
+    ----------
+    epoch : int
+        The epoch about to start (1-based).
+    last_epoch : int
+        The fit's last epoch (``max_iter``; a fit that stops early ends before it).
+    max_local_steps, early_local_steps : int
+        The bounds of the last epoch and of the epochs before it, each at least 1.
+
+    Returns
+    -------
+    int
+    """
+    if max_local_steps < 1 or early_local_steps < 1:
+        raise ValueError(
+            "max_local_steps and early_local_steps must be >= 1, got "
+            f"{max_local_steps}, {early_local_steps}"
+        )
+    return max_local_steps if epoch >= last_epoch else early_local_steps
 
 
 def size_rounds(

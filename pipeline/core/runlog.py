@@ -545,6 +545,7 @@ class RunLogWriter:
         fixed_s: float,
         overhead_fraction: float,
         bound: str,
+        step_bound: int,
         **extra: Any,
     ) -> dict:
         """Log the rounds an epoch is split into and the costs that chose them.
@@ -565,6 +566,9 @@ class RunLogWriter:
             Predicted share of a round spent on ``sync_s + fixed_s``.
         bound : {"budget", "steps", "epoch"}
             What decided (:class:`hmdspt.core.rounds.RoundSize`).
+        step_bound : int
+            Most steps a round of the epoch may hold
+            (:func:`hmdspt.core.rounds.local_step_bound`).
         """
         return self.write(
             "round_size",
@@ -575,6 +579,7 @@ class RunLogWriter:
             fixed_s=fixed_s,
             overhead_fraction=overhead_fraction,
             bound=bound,
+            step_bound=step_bound,
             **extra,
         )
 

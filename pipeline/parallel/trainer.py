@@ -52,7 +52,7 @@ from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
 from hmdspt.core.prediction import counted, predict_epoch, sync_per_round
-from hmdspt.core.rounds import size_rounds
+from hmdspt.core.rounds import local_step_bound, size_rounds
 from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -574,7 +574,7 @@ class Trainer:
             for epoch in range(start_epoch, max_epochs + 1):
                 self._epoch, self._epoch_complete = epoch, False
                 if epoch > start_epoch and self.sync_strategy.sizes_rounds(cfg):
-                    rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch)
+                    rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch, max_epochs)
                     self._rounds_per_epoch = rounds_per_epoch
                 if epoch == start_epoch + 1:
                     self._predict(epoch, rounds_per_epoch)
@@ -995,10 +995,11 @@ class Trainer:
         fixed = {a: self.costs.fixed_s(a) if a in measured else 0.0 for a in counts}
         return counts, speeds, fixed, max(sync_s, 0.0)
 
-    def _size_rounds(self, epoch: int, current: int) -> int:
+    def _size_rounds(self, epoch: int, current: int, last_epoch: int) -> int:
         """Rounds of ``epoch`` from the costs measured in the epoch before
         (:func:`size_rounds`): the overhead is the synchronisation per round plus the largest
-        fixed per-round cost, the compute the longest share's rows over its worker's speed.
+        fixed per-round cost, the compute the longest share's rows over its worker's speed,
+        the step bound the last epoch's or an earlier one's (:func:`local_step_bound`).
         ``current`` stands while a worker holding rows has no speed yet."""
         measured = self._measured_costs(epoch - 1)
         if measured is None:
@@ -1006,13 +1007,19 @@ class Trainer:
         counts, speeds, fixed, sync_s = measured
         compute_s = max(n / speeds[a] for a, n in counts.items())
         fixed_s = max(fixed.values())
+        step_bound = local_step_bound(
+            epoch,
+            last_epoch,
+            max_local_steps=self.config.max_local_steps,
+            early_local_steps=self.config.early_local_steps,
+        )
         size = size_rounds(
             compute_s,
             sync_s + fixed_s,
             max(counts.values()),
             self.batch_size,
             budget=self.config.sync_budget,
-            max_local_steps=self.config.max_local_steps,
+            max_local_steps=step_bound,
         )
         self._log(
             "round_size",
@@ -1023,6 +1030,7 @@ class Trainer:
             fixed_s=fixed_s,
             overhead_fraction=size.overhead_fraction,
             bound=size.bound,
+            step_bound=step_bound,
         )
         return size.rounds_per_epoch
 
