@@ -199,6 +199,40 @@ def test_a_measured_efficiency_weighs_in_and_stretches_every_epoch_with_rounds()
         predict_epoch(shares, speeds, {}, 0.0, 1, measured_efficiency=0.0)
 
 
+def test_the_prediction_covers_the_last_epochs_own_rounds(client, tmp_path):
+    # One step per round in the last epoch (3), the budget's one round in epoch 2: the
+    # predicted epoch is the mean of a one-round epoch and one of a round per step.
+    log = tmp_path / "last.jsonl"
+    _fit(client, log, max_local_steps=1)
+    events = read_events(log)
+    (prediction,) = [e for e in events if e["event"] == "prediction"]
+    sizes = {e["epoch"]: e for e in events if e["event"] == "round_size"}
+    assert prediction["rounds_per_epoch"] == sizes[2]["rounds_per_epoch"] == 1
+    shares = [
+        p for p in events if p["event"] == "partition" and p["round"] < _first_round(events, 2)
+    ]
+    steps = math.ceil(max(shares[-1]["rows"].values()) / 200)
+    assert prediction["last_rounds_per_epoch"] == steps > 1
+    assert 0 < prediction["efficiency"] <= 1.5
+
+
+def test_the_mean_epoch_weighs_each_epoch_by_its_seconds():
+    from hmdspt.core.prediction import mean_epoch, predict_epoch
+
+    speeds = {"a": 3000.0, "b": 1000.0}
+    counts = {"a": 3000, "b": 1000}
+    short, long = (predict_epoch(counts, speeds, {"b": 0.01}, 0.1, k, 1, 0.8) for k in (1, 9))
+    mean = mean_epoch([short, short, long])
+    assert mean.epoch_s == pytest.approx((2 * short.epoch_s + long.epoch_s) / 3)
+    ideal = 4000 / 4000
+    assert mean.efficiency == pytest.approx(ideal / mean.epoch_s)
+    assert long.efficiency < mean.efficiency < short.efficiency
+    assert mean.speedup == pytest.approx(mean.fastest_alone_epoch_s / mean.epoch_s)
+    assert mean.rounds_per_epoch == 1 and mean_epoch([long]) is long
+    with pytest.raises(ValueError, match="^no epoch to average$"):
+        mean_epoch([])
+
+
 def test_a_cluster_predicted_slower_than_its_fastest_worker_says_so(client, tmp_path):
     # Digits in 40 rounds an epoch on an in-process cluster: a round's synchronisation
     # (about a millisecond) outweighs the compute it splits (about 20 rows a worker)

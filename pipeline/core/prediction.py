@@ -8,12 +8,19 @@ cluster is worth using (docs/design.md, "An honest answer").
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from hmdspt.core.costs import balanced_shares
 
-__all__ = ["MEASURED_WEIGHT", "EpochPrediction", "counted", "predict_epoch", "sync_per_round"]
+__all__ = [
+    "MEASURED_WEIGHT",
+    "EpochPrediction",
+    "counted",
+    "mean_epoch",
+    "predict_epoch",
+    "sync_per_round",
+]
 
 # How much the efficiency an epoch measured counts against the cost model's. The model
 # misses per-round jitter and the quota bursts of a throttled worker (it over-predicted on
@@ -181,4 +188,45 @@ def predict_epoch(
         efficiency=efficiency,
         model_efficiency=model_efficiency,
         measured_efficiency=measured_efficiency,
+    )
+
+
+def mean_epoch(epochs: Sequence[EpochPrediction]) -> EpochPrediction:
+    """The mean epoch of a fit's remaining epochs, each predicted by :func:`predict_epoch`
+    for the same rows and workers (the last epoch may have more rounds than the others).
+
+    Times are averaged; the efficiencies are the ideal epoch (the same for every epoch) over
+    the mean times, so a long epoch weighs as much as its seconds. ``rounds_per_epoch`` is
+    the first epoch's.
+
+    Examples
+    --------
+    >>> speeds = {"a": 4000.0, "b": 2000.0, "c": 1000.0}
+    >>> one = predict_epoch({"a": 4000, "b": 2000, "c": 1000}, speeds, {}, 0.5, 1)
+    >>> four = predict_epoch({"a": 4000, "b": 2000, "c": 1000}, speeds, {}, 0.5, 4)
+    >>> (one.epoch_s, four.epoch_s), mean_epoch([one, one, four]).epoch_s
+    ((1.5, 3.0), 2.0)
+    >>> round(mean_epoch([one, one, four]).efficiency, 3), mean_epoch([one]) == one
+    (0.5, True)
+    """
+    if not epochs:
+        raise ValueError("no epoch to average")
+    first = epochs[0]
+    if len(epochs) == 1:
+        return first
+    n = len(epochs)
+    ideal = first.epoch_s * first.efficiency
+
+    def mean(field: str) -> float:
+        return sum(getattr(e, field) for e in epochs) / n
+
+    epoch_s = mean("epoch_s")
+    model_epoch_s = sum(ideal / e.model_efficiency for e in epochs) / n
+    return replace(
+        first,
+        epoch_s=epoch_s,
+        balanced_epoch_s=mean("balanced_epoch_s"),
+        equal_shares_epoch_s=mean("equal_shares_epoch_s"),
+        efficiency=ideal / epoch_s,
+        model_efficiency=ideal / model_epoch_s,
     )

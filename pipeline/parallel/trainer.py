@@ -51,7 +51,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
-from hmdspt.core.prediction import counted, predict_epoch, sync_per_round
+from hmdspt.core.prediction import counted, mean_epoch, predict_epoch, sync_per_round
 from hmdspt.core.rounds import local_step_bound, size_rounds
 from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
@@ -577,7 +577,7 @@ class Trainer:
                     rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch, max_epochs)
                     self._rounds_per_epoch = rounds_per_epoch
                 if epoch == start_epoch + 1:
-                    self._predict(epoch, rounds_per_epoch)
+                    self._predict(epoch, rounds_per_epoch, max_epochs)
                 epoch_loss, epoch_rows = 0.0, 0
                 out_of_time = False
                 schedule = round_schedule(
@@ -997,16 +997,35 @@ class Trainer:
 
     def _size_rounds(self, epoch: int, current: int, last_epoch: int) -> int:
         """Rounds of ``epoch`` from the costs measured in the epoch before
-        (:func:`size_rounds`): the overhead is the synchronisation per round plus the largest
-        fixed per-round cost, the compute the longest share's rows over its worker's speed,
-        the step bound the last epoch's or an earlier one's (:func:`local_step_bound`).
-        ``current`` stands while a worker holding rows has no speed yet."""
+        (:meth:`_round_size`), logged; ``current`` stands while a worker holding rows has no
+        speed yet."""
         measured = self._measured_costs(epoch - 1)
         if measured is None:
             return current
+        size, step_bound, compute_s, overhead = self._round_size(epoch, last_epoch, measured)
+        _, _, fixed, sync_s = measured
+        self._log(
+            "round_size",
+            epoch=epoch,
+            rounds_per_epoch=size.rounds_per_epoch,
+            compute_s=compute_s,
+            sync_s=sync_s,
+            fixed_s=max(fixed.values()),
+            overhead_fraction=size.overhead_fraction,
+            bound=size.bound,
+            step_bound=step_bound,
+        )
+        return size.rounds_per_epoch
+
+    def _round_size(self, epoch: int, last_epoch: int, measured: tuple) -> tuple:
+        """:func:`size_rounds` of ``epoch`` from ``measured`` (:meth:`_measured_costs`): the
+        overhead is the synchronisation per round plus the largest fixed per-round cost, the
+        compute the longest share's rows over its worker's speed, the step bound the last
+        epoch's or an earlier one's (:func:`local_step_bound`). Returns the size, the step
+        bound, the compute and the overhead."""
         counts, speeds, fixed, sync_s = measured
         compute_s = max(n / speeds[a] for a, n in counts.items())
-        fixed_s = max(fixed.values())
+        overhead = sync_s + max(fixed.values())
         step_bound = local_step_bound(
             epoch,
             last_epoch,
@@ -1015,24 +1034,13 @@ class Trainer:
         )
         size = size_rounds(
             compute_s,
-            sync_s + fixed_s,
+            overhead,
             max(counts.values()),
             self.batch_size,
             budget=self.config.sync_budget,
             max_local_steps=step_bound,
         )
-        self._log(
-            "round_size",
-            epoch=epoch,
-            rounds_per_epoch=size.rounds_per_epoch,
-            compute_s=compute_s,
-            sync_s=sync_s,
-            fixed_s=fixed_s,
-            overhead_fraction=size.overhead_fraction,
-            bound=size.bound,
-            step_bound=step_bound,
-        )
-        return size.rounds_per_epoch
+        return size, step_bound, compute_s, overhead
 
     def _measured_efficiency(self, epoch: int) -> float | None:
         """Parallel efficiency of the fit's rounds before ``epoch``, as its run log's
@@ -1043,26 +1051,37 @@ class Trainer:
                 totals.add({"event": "round", "wall_s": r.wall_s, "workers": r.workers})
         return totals.summary(None)["efficiency"] or None
 
-    def _predict(self, epoch: int, rounds_per_epoch: int) -> None:
-        """Predict an epoch from the costs measured in ``epoch - 1`` (:func:`predict_epoch`),
-        log it, and warn in one line when one process on the fastest worker would be faster."""
+    def _predict(self, epoch: int, rounds_per_epoch: int, last_epoch: int) -> None:
+        """Predict the mean epoch of ``epoch`` to ``last_epoch`` from the costs measured in
+        ``epoch - 1`` (:func:`predict_epoch`, :func:`mean_epoch`: the last epoch's rounds
+        sized with its own step bound), log it, and warn in one line when one process on
+        the fastest worker would be faster."""
         measured = self._measured_costs(epoch - 1)
         if measured is None:
             return
         counts, speeds, fixed, sync_s = measured
-        p = predict_epoch(
-            counts,
-            speeds,
-            fixed,
-            sync_s,
-            rounds_per_epoch,
-            self.config.min_rows,
-            measured_efficiency=self._measured_efficiency(epoch),
-        )
+        last_rounds = rounds_per_epoch
+        if epoch < last_epoch and self.sync_strategy.sizes_rounds(self.config):
+            last_rounds = self._round_size(last_epoch, last_epoch, measured)[0].rounds_per_epoch
+        efficiency = self._measured_efficiency(epoch)
+        epochs = [
+            predict_epoch(
+                counts,
+                speeds,
+                fixed,
+                sync_s,
+                k,
+                self.config.min_rows,
+                measured_efficiency=efficiency,
+            )
+            for k in [rounds_per_epoch] * max(last_epoch - epoch, 0) + [last_rounds]
+        ]
+        p = mean_epoch(epochs)
         fastest = self._names.get(p.fastest, str(p.fastest))
         self.prediction = dict(
             epoch=epoch,
             rounds_per_epoch=rounds_per_epoch,
+            last_rounds_per_epoch=last_rounds,
             sync_s=sync_s,
             epoch_s=p.epoch_s,
             balanced_epoch_s=p.balanced_epoch_s,
