@@ -1002,7 +1002,7 @@ class Trainer:
         measured = self._measured_costs(epoch - 1)
         if measured is None:
             return current
-        size, step_bound, compute_s, overhead = self._round_size(epoch, last_epoch, measured)
+        size, step_bound, compute_s = self._round_size(epoch, last_epoch, measured)
         _, _, fixed, sync_s = measured
         self._log(
             "round_size",
@@ -1022,10 +1022,9 @@ class Trainer:
         overhead is the synchronisation per round plus the largest fixed per-round cost, the
         compute the longest share's rows over its worker's speed, the step bound the last
         epoch's or an earlier one's (:func:`local_step_bound`). Returns the size, the step
-        bound, the compute and the overhead."""
+        bound and the compute."""
         counts, speeds, fixed, sync_s = measured
         compute_s = max(n / speeds[a] for a, n in counts.items())
-        overhead = sync_s + max(fixed.values())
         step_bound = local_step_bound(
             epoch,
             last_epoch,
@@ -1034,13 +1033,13 @@ class Trainer:
         )
         size = size_rounds(
             compute_s,
-            overhead,
+            sync_s + max(fixed.values()),
             max(counts.values()),
             self.batch_size,
             budget=self.config.sync_budget,
             max_local_steps=step_bound,
         )
-        return size, step_bound, compute_s, overhead
+        return size, step_bound, compute_s
 
     def _measured_efficiency(self, epoch: int) -> float | None:
         """Parallel efficiency of the fit's rounds before ``epoch``, as its run log's
@@ -1064,7 +1063,7 @@ class Trainer:
         if epoch < last_epoch and self.sync_strategy.sizes_rounds(self.config):
             last_rounds = self._round_size(last_epoch, last_epoch, measured)[0].rounds_per_epoch
         efficiency = self._measured_efficiency(epoch)
-        epochs = [
+        early, last = (
             predict_epoch(
                 counts,
                 speeds,
@@ -1074,9 +1073,9 @@ class Trainer:
                 self.config.min_rows,
                 measured_efficiency=efficiency,
             )
-            for k in [rounds_per_epoch] * max(last_epoch - epoch, 0) + [last_rounds]
-        ]
-        p = mean_epoch(epochs)
+            for k in (rounds_per_epoch, last_rounds)
+        )
+        p = mean_epoch([early] * max(last_epoch - epoch, 0) + [last])
         fastest = self._names.get(p.fastest, str(p.fastest))
         self.prediction = dict(
             epoch=epoch,
