@@ -44,8 +44,8 @@ class TrainerConfig:
         the fit's last epoch.
     early_local_steps : int
         ``rounds_per_epoch="auto"``: the same in the epochs before the last
-        (:func:`hmdspt.core.rounds.local_step_bound`); ``max_local_steps`` bounds every
-        epoch alike.
+        (:func:`hmdspt.core.rounds.local_step_bound`); set to ``max_local_steps``, every
+        epoch has the same bound.
     block_momentum : float
         Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
     block_lr : float
