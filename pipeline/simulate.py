@@ -50,6 +50,7 @@ import numpy as np
 
 from hmdspt.core import partition, strategies
 from hmdspt.core.costs import MoveCost, RoundCostModel
+from hmdspt.core.partition import rows_rebuilt
 from hmdspt.core.speed import OnlineScorer
 
 __all__ = [
@@ -518,6 +519,7 @@ def simulate_run(
                 move_cost=move_cost.seconds,
             )
             if moves:
+                rebuilt = rows_rebuilt(counts, moves)
                 counts = _apply_moves(counts, moves)
                 moved = sum(m.rows for m in moves)
                 rows_moved[r] = moved
@@ -527,7 +529,7 @@ def simulate_run(
                 rebalance_s[r] = net.latency_s + max(per_src.values()) * bytes_per_row / (
                     net.bandwidth_Bps
                 )
-                move_cost.observe(moved, rebalance_s[r])
+                move_cost.observe(rebuilt, rebalance_s[r])
 
     return SimResult(
         n_workers=n,

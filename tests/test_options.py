@@ -137,6 +137,12 @@ def _fit(Estimator=BPNNClassifier, **params):
         ({"sync": "bsp"}, r"^trainer_options: 'sync' is a parameter of its own: sync=\.\.\.$"),
         ({"seed": 1}, r"^trainer_options: unknown key 'seed'; accepted: "),
         ({"topk": 2.0}, r"'topk' parameter of BPNNClassifier\.trainer_options must be"),
+        # a fraction, as the partition policy takes it (it refuses 1.0 or more)
+        (
+            {"rebalance_threshold": 1.0},
+            r"'rebalance_threshold' parameter of BPNNClassifier\.trainer_options must be a "
+            r"float in the range \[0\.0, 1\.0\)",
+        ),
         ({"ramp_rounds": 9}, r"^max_ramp_rounds must be >= ramp_rounds, got 5 < 9$"),
         ([("topk", 0.2)], r"'trainer_options' parameter of BPNNClassifier must be"),
     ],

@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from hmdspt.cli import build_parser
 from hmdspt.core import merge, partition
+from hmdspt.core.costs import MoveCost
 from hmdspt.core.nn import MLP, make_optimizer
 from hmdspt.core.runlog import read_events
 from hmdspt.core.strategies import (
@@ -242,7 +243,8 @@ def test_rows_move_only_when_the_saving_over_the_epochs_left_pays_for_the_move()
     speeds = {"a": 1000.0, "b": 500.0}
     policy = get_partition("proportional")
     current = {"a": 500, "b": 500}  # epoch 1.0 s; balanced (667 / 333) 0.667 s
-    kwargs = dict(fixed_s={}, move_cost=lambda rows: 0.01 * rows)  # 167 rows: 1.67 s
+    # 167 rows move, and both shards are rebuilt: 1,000 rows, 1.67 s
+    kwargs = dict(fixed_s={}, move_cost=lambda rows: 0.00167 * rows)
     assert policy.plan(current, speeds, 1000, epochs_left=4.0, **kwargs) is None  # 1.33 s
     moves = policy.plan(current, speeds, 1000, epochs_left=6.0, **kwargs)  # 2.0 s saved
     assert partition.apply_moves(current, moves) == {"a": 667, "b": 333}
@@ -253,6 +255,36 @@ def test_rows_move_only_when_the_saving_over_the_epochs_left_pays_for_the_move()
     # the threshold still holds back a gain within the noise, however cheap the move
     near = {"a": 660, "b": 340}
     assert policy.plan(near, speeds, 1000, fixed_s={}, epochs_left=100.0) is None
+
+
+def test_a_move_is_priced_by_the_shards_it_rebuilds_not_the_rows_it_moves():
+    """A few rows between large shards rebuild both shards. On the testbed a move of
+    13,057 rows of the 1.6M-row job took 0.98 s, as long as staging every row (0.96 s);
+    priced by the rows moved, the staging's rate had predicted 8 ms."""
+    move_cost = MoveCost()
+    move_cost.observe(1_600_000, 0.96)  # the staging: every row built into a shard
+    policy = get_partition("proportional")
+    current = {"a": 885_000, "b": 490_000, "c": 225_000}
+    slightly_off = {"a": 600_000.0, "b": 340_000.0, "c": 140_000.0}  # c: 8 % too many rows
+    kwargs = dict(fixed_s={}, epochs_left=2.5, move_cost=move_cost.seconds)
+    assert policy.plan(current, slightly_off, 1_600_000, **kwargs) is None
+    # The same few rows priced by themselves would have moved.
+    moves = policy.plan(
+        current, slightly_off, 1_600_000, fixed_s={}, epochs_left=2.5, move_cost=lambda r: 0.0
+    )
+    assert moves and sum(m.rows for m in moves) < 20_000
+    # A worker that turned three times slower is worth rebuilding every shard for.
+    straggler = {"a": 600_000.0, "b": 340_000.0, "c": 50_000.0}
+    moves = policy.plan(current, straggler, 1_600_000, **kwargs)
+    assert moves and partition.apply_moves(current, moves)["c"] < 100_000
+
+
+def test_rows_rebuilt_counts_every_sender_and_receiver_after_the_moves():
+    current = {"a": 600, "b": 300, "c": 100, "d": 50}
+    moves = [partition.Move("c", "a", 50), partition.Move("b", "a", 20)]
+    assert partition.rows_rebuilt(current, moves) == 670 + 280 + 50  # d is untouched
+    assert partition.rows_rebuilt(current, []) == 0
+    assert partition.rows_rebuilt([5, 0], [partition.Move(0, 1, 2)]) == 5
 
 
 # --- the grep rule, as a test -----------------------------------------------------------

@@ -20,6 +20,7 @@ from hmdspt.estimator import BPNNClassifier
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig, TrainingError
+from hmdspt.parallel.worker import get_slowdowns, set_slowdown
 from tests.clusters import FREE_PORTS
 
 pytestmark = pytest.mark.heavy(13)
@@ -54,8 +55,16 @@ def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, d
     weights = (np.arange(len(X)) % 4).astype(np.float32)
     Y = weighted_targets(np.eye(3, dtype=np.float32)[y], weights)
     moves = []
-    # Rows move only when the predicted saving pays for the move, which a busy machine can
-    # deny a fit this small: up to three fits, each checked, until one has moved rows.
+    # Rows move only when the predicted saving pays for rebuilding the shards, so the faster
+    # worker turns 8x slower after the first round: its rows must move mid-fit. Up to three
+    # fits, each checked, until one has moved rows (a busy machine can blur the speeds).
+    slowdowns = get_slowdowns(client)
+    fast = min(slowdowns, key=slowdowns.get)
+
+    def slow_down_once(record) -> None:
+        if record.round == 1:
+            set_slowdown(client, fast, 8.0 * slowdowns[fast])
+
     for attempt in range(3):
         log = tmp_path / f"run-{attempt}.jsonl"
         # threshold 0 and a cost model fitted every round: re-balance whenever the speeds
@@ -71,7 +80,10 @@ def test_every_row_is_processed_exactly_once_per_epoch_while_rows_move(client, d
             run_log=str(log),
             probe_seconds=0.3,
         )
-        trainer.fit(X, Y, max_epochs=3)
+        try:
+            trainer.fit(X, Y, max_epochs=3, on_round=slow_down_once)
+        finally:
+            set_slowdown(client, fast, slowdowns[fast])
         assert sorted(trainer.rows_seen) == [1, 2, 3]
         for epoch, seen in trainer.rows_seen.items():
             assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"

@@ -92,9 +92,9 @@ class TrainerConfig:
         so that a quota-throttled worker is not measured in one burst. 0 fits every round.
     rebalance_threshold : float
         Re-balance only when the predicted epoch time improves by more than this
-        fraction (hysteresis), and, in a fit, only when the saving over the epochs left
-        exceeds the measured cost of moving the rows (docs/design.md, "Re-balancing that
-        pays").
+        fraction, in ``[0, 1)`` (hysteresis), and, in a fit, only when the saving over
+        the epochs left exceeds the predicted cost of the re-balance, from the shards it
+        rebuilds (docs/design.md, "Re-balancing that pays").
     min_rows : int
         Fewest rows any worker keeps (so its speed keeps being measured).
     seed : int

@@ -15,9 +15,9 @@ several periods of the OS's CPU scheduler (a round shorter than one period can r
 throttled worker at full speed in one burst). :func:`balanced_shares` solves for the shares
 with equal predicted finish times, fixed costs and communication included.
 
-:class:`MoveCost` predicts what moving rows costs, from the stagings and re-balances
-measured, so that rows move only when the predicted saving over the rest of the fit exceeds
-it (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`).
+:class:`MoveCost` predicts what a re-balance costs, from the stagings and re-balances
+measured and the rows of the shards it rebuilds, so that rows move only when the predicted
+saving over the rest of the fit exceeds it (:meth:`hmdspt.core.strategies.PartitionPolicy.plan`).
 
 Everything here is numpy and arithmetic: no Dask. See ``docs/design.md``, "Round cost
 model".
@@ -506,17 +506,22 @@ class RoundCostModel:
 
 
 class MoveCost:
-    """Seconds that moving rows costs, ``fixed_s + rows / rate``, fitted from what was measured.
+    """Seconds that re-balancing costs, ``fixed_s + rows / rate``, fitted from what was measured.
 
-    Every staging and re-balance is one observation (rows moved, seconds it took); the fit
-    is :class:`RoundCostModel`'s, with a window per observation. Before any observation a
-    move is predicted to cost nothing.
+    ``rows`` are the rows of the shards an operation builds: every row of a staging, and for
+    a re-balance every sender's and receiver's rows after it
+    (:func:`hmdspt.core.partition.rows_rebuilt`), not just the rows moved. Every staging and
+    re-balance is one observation (rows built, seconds it took); the fit is
+    :class:`RoundCostModel`'s, with a window per observation. Before any observation a move
+    is predicted to cost nothing.
 
     Examples
     --------
     >>> cost = MoveCost()
     >>> cost.observe(100_000, 0.1)  # a staging: 1e6 rows/s, fixed cost not yet separable
-    >>> cost.observe(5_000, 0.055)  # a re-balance: 50 ms of fixed cost show
+    >>> round(cost.seconds(60_000), 3)  # a move that rebuilds shards of 60,000 rows
+    0.06
+    >>> cost.observe(5_000, 0.055)  # a re-balance of small shards: 50 ms of fixed cost show
     >>> round(cost.seconds(10_000), 3)
     0.057
     """
@@ -528,12 +533,13 @@ class MoveCost:
         self.model = RoundCostModel(min_window_s=0.0, shift_factor=1e12)
 
     def observe(self, rows: float, seconds: float) -> None:
-        """Fold in one staging or re-balance: ``rows`` moved in ``seconds``."""
+        """Fold in one staging or re-balance: shards of ``rows`` rows built in ``seconds``."""
         if rows > 0:
             self.model.observe(self.KEY, rows, seconds)
 
     def seconds(self, rows: float) -> float:
-        """Predicted seconds to move ``rows`` rows (0 before any observation)."""
+        """Predicted seconds of a re-balance that rebuilds shards of ``rows`` rows (0
+        before any observation)."""
         if rows <= 0 or self.KEY not in self.model.workers:
             return 0.0
         if not self.model.is_measured(self.KEY):

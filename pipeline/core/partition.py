@@ -36,6 +36,7 @@ __all__ = [
     "fitting_workers",
     "plan_moves",
     "predicted_round_time",
+    "rows_rebuilt",
     "should_rebalance",
 ]
 
@@ -443,6 +444,41 @@ def apply_moves(
     if keys is None:
         return np.asarray([counts[i] for i in range(len(values))], dtype=np.int64)
     return counts
+
+
+def rows_rebuilt(
+    current: Mapping[Hashable, int] | Sequence[int] | np.ndarray, moves: Sequence[Move]
+) -> int:
+    """Rows of the shards that carrying out ``moves`` rebuilds: every sender's and every
+    receiver's rows after the moves.
+
+    A re-balance copies each sender's kept rows into a new shard and concatenates each
+    receiver's old rows with the ones it gets, so its time follows the size of those shards
+    more than the rows moved: on the testbed a move of 13,057 rows between shards of 215k,
+    499k and 886k rows took 0.98 s, as long as staging all 1.6M rows (0.96 s). A staging
+    rebuilds every row it stages.
+
+    Parameters
+    ----------
+    current : mapping of worker to int, or sequence of int
+        Rows each worker holds before the moves.
+    moves : sequence of Move
+        The moves, e.g. from :func:`plan_moves`.
+
+    Returns
+    -------
+    rows : int
+        The rows the touched workers hold after the moves (0 for no move of any row).
+
+    Examples
+    --------
+    >>> rows_rebuilt({"a": 600, "b": 300, "c": 100}, [Move("c", "a", 50)])
+    700
+    """
+    moving = [m for m in moves if m.rows]
+    after = apply_moves(current, moving)
+    touched = {w for m in moving for w in (m.source, m.destination)}
+    return int(sum(int(after[w]) for w in touched))
 
 
 # ---------------------------------------------------------------------------------------

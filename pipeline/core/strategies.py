@@ -327,7 +327,8 @@ class PartitionPolicy:
         the rows move when it shortens the predicted epoch by more than ``threshold``. With
         ``epochs_left`` and ``move_cost`` as well, they move only when the saving over the
         rest of the fit, ``epochs_left`` times the epoch's predicted improvement, exceeds
-        ``move_cost(rows moved)``.
+        ``move_cost(rows rebuilt)``, the rows of every shard the moves rebuild
+        (:func:`hmdspt.core.partition.rows_rebuilt`).
 
         Parameters
         ----------
@@ -348,7 +349,7 @@ class PartitionPolicy:
         epochs_left : float, optional
             Epochs the fit has still to run (the saving is earned over them).
         move_cost : callable, optional
-            Predicted seconds of moving a number of rows
+            Predicted seconds of a re-balance that rebuilds shards of a number of rows
             (:meth:`hmdspt.core.costs.MoveCost.seconds`).
 
         Returns
@@ -378,7 +379,7 @@ class PartitionPolicy:
         if not saving > self.rebalancer.threshold * now:
             return None
         if epochs_left is not None and move_cost is not None:
-            if not epochs_left * saving > move_cost(sum(m.rows for m in moves)):
+            if not epochs_left * saving > move_cost(partition.rows_rebuilt(current, moves)):
                 return None
         return moves
 

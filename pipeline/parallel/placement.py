@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from hmdspt.core.nn import training_speed
+from hmdspt.core.partition import rows_rebuilt
 from hmdspt.core.speed import probe_pays
 from hmdspt.parallel.rebalance import rebalance
 from hmdspt.parallel.scoring import PROBE_MIN_S, score_workers
@@ -166,7 +167,7 @@ class Placement:
             t._sync_membership()
             return
         seconds = time.perf_counter() - start
-        t.move_cost.observe(sum(m.rows for m in moves), seconds)
+        t.move_cost.observe(rows_rebuilt(current, moves), seconds)
         self._log_online_scores(members, speeds, fixed)
         self.log_partition(t.round_index, moves, seconds)
 
