@@ -120,6 +120,7 @@ _TRAINER_OPTION_CONSTRAINTS: dict = {
     "cost_window_s": [Interval(Real, 0, None, closed="left")],
     "rebalance_threshold": [Interval(Real, 0, 1, closed="left")],
     "min_rows": [Interval(Integral, 0, None, closed="left")],
+    "quiet_workers": ["boolean"],
     "broadcast_timeout_s": [Interval(Real, 0, None, closed="neither")],
     "eval_resolution": [Interval(Real, 0, None, closed="left")],
 }
@@ -1691,8 +1692,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
-        ``broadcast_timeout_s`` and ``eval_resolution``. An unknown key fails the fit,
-        in-process too.
+        ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
+        key fails the fit, in-process too.
 
     Attributes
     ----------
@@ -2088,8 +2089,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
         ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
-        ``broadcast_timeout_s`` and ``eval_resolution``. An unknown key fails the fit,
-        in-process too.
+        ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
+        key fails the fit, in-process too.
 
     Attributes
     ----------

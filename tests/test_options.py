@@ -62,6 +62,7 @@ NON_DEFAULT_OPTIONS = {
     "cost_window_s": 0.6,
     "rebalance_threshold": 0.1,
     "min_rows": 2,
+    "quiet_workers": False,
     "broadcast_timeout_s": 30.0,
     "eval_resolution": 0.1,
 }

@@ -359,8 +359,28 @@ def _trainer(client: Client, **config) -> Trainer:
     return Trainer(client, model, {"solver": "adam", "learning_rate_init": 0.003}, 64, config)
 
 
+def _quieted(worker) -> list[str]:
+    """The worker's callbacks a quiet run changes that are not as the worker set them up:
+    the profiler running, the tick every ``distributed.admin.tick.interval``."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    from hmdspt.parallel.worker import QUIET_CALLBACKS
+
+    tick_ms = 1000 * parse_timedelta(dask.config.get("distributed.admin.tick.interval"))
+    own = {"profile": None, "profile-cycle": None, "tick": tick_ms}
+    assert set(own) == set(QUIET_CALLBACKS)
+    quieted = []
+    for name, period in own.items():
+        callback = worker.periodic_callbacks[name]
+        if not callback.is_running() or (period is not None and callback.callback_time != period):
+            quieted.append(name)
+    return quieted
+
+
 def _leftovers(cluster: LocalCluster) -> dict[str, dict]:
-    """What each worker still holds: any data, HMDSPT run state, keys of ended runs."""
+    """What each worker still holds: any data, HMDSPT run state, keys of ended runs, and
+    its profiler or tick still quieted for a run."""
     from hmdspt.parallel.worker import orphan_keys, run_ids_held
 
     left = {}
@@ -369,6 +389,7 @@ def _leftovers(cluster: LocalCluster) -> dict[str, dict]:
             "data": sorted(map(str, worker.data)),
             "runs": run_ids_held(worker),
             "orphan_keys": orphan_keys(worker),
+            "quieted": _quieted(worker),
         }
         if any(held.values()):
             left[name] = held
@@ -384,6 +405,23 @@ def _wait_until_clean(cluster: LocalCluster, timeout: float) -> dict[str, dict]:
     while (left := _leftovers(cluster)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_fit_quiets_the_workers_profiler_and_tick_and_gives_them_back(cluster, quiet):
+    """``quiet_workers``: from the first round the workers' profiler is stopped and their
+    tick slowed; after the fit both are as before. With False they are never touched."""
+    X, Y = _data()
+    during = []
+    with Client(cluster) as client:
+        assert _leftovers(cluster) == {}
+        trainer = _trainer(client, rounds_per_epoch=3, quiet_workers=quiet)
+        on_round = lambda record: during.append([_quieted(w) for w in cluster.workers.values()])  # noqa: E731
+        trainer.fit(X, Y, max_epochs=1, on_round=on_round)
+    assert len(during) == 3
+    quieted = ["profile", "profile-cycle", "tick"] if quiet else []
+    assert all(state == [quieted] * 2 for state in during), during
+    assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
 
 
 def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, disk):

@@ -97,6 +97,13 @@ class TrainerConfig:
         rebuilds (docs/design.md, "Re-balancing that pays").
     min_rows : int
         Fewest rows any worker keeps (so its speed keeps being measured).
+    quiet_workers : bool
+        While the fit runs, each worker's statistical profiler is paused and its event
+        loop's tick measured every second instead of every 20 ms; the last of a worker's
+        fits to end (or its driver disappearing) gives both back as they were
+        (:data:`hmdspt.parallel.worker.QUIET_CALLBACKS`). Without this, fits of the
+        embedded default on the testbed took about a tenth longer (docs/design.md,
+        "Quiet workers"); False keeps the dashboard's profile of the fit.
     seed : int
         Seeds staging, row orders and the pilot.
     max_seconds : float or None
@@ -161,6 +168,7 @@ class TrainerConfig:
     cost_window_s: float = 0.3
     rebalance_threshold: float = 0.05
     min_rows: int = 1
+    quiet_workers: bool = True
     seed: int = 0
     run_log: str | None = None
     emulation: dict | None = None

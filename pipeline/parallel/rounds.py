@@ -90,6 +90,7 @@ class RoundRunner:
                 and not t._catching_up
             ),
             speed_memory_s=cfg.reuse_speeds_s,
+            quiet_workers=cfg.quiet_workers,
         )
 
     def run(

@@ -668,6 +668,14 @@ def parse_run_key(key: object) -> tuple[str, str] | None:
 class _Run:
     owner: str | None  # client id of the driver, once a key of the run told it
     state: dict[str, Any] | None = None
+    quiet: bool = False  # its rounds asked for a quiet worker (RoundSpec.quiet_workers)
+
+
+#: The worker's periodic callbacks a quiet run changes, and the period each runs at
+#: meanwhile (None: stopped). The statistical profiler samples every thread's stack every
+#: 10 ms and the tick measures the event loop every 20 ms: with both, the testbed's fits of
+#: the embedded default took about a tenth longer (docs/design.md, "Quiet workers").
+QUIET_CALLBACKS: dict[str, float | None] = {"profile": None, "profile-cycle": None, "tick": 1000.0}
 
 
 @dataclass
@@ -733,7 +741,11 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
       ``max_ended`` ended runs (``ended``). Freeing goes through the worker's state machine,
       so the worker tells the scheduler, which forgets the key if it knew it;
     - the speeds the worker remembers from its fits (``speeds``, by :func:`speed_key`),
-      which outlive a run but not the worker.
+      which outlive a run but not the worker;
+    - the periods of the worker's profiler and tick while a quiet run is held
+      (:data:`QUIET_CALLBACKS`): the first round of a run that asks for it
+      (``RoundSpec.quiet_workers``) quiets them, and the end of the last such run, or
+      the plugin's teardown, gives them back as they were.
 
     Everything goes with the worker (:meth:`teardown`).
 
@@ -802,6 +814,8 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         self.runs: dict[str, _Run] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest go first
         self.speeds: dict[tuple, dict[str, Any]] = {}  # speed_key -> the latest fit's record
+        # While quiet: name -> (period, running) of each callback QUIET_CALLBACKS changed.
+        self.loud: dict[str, tuple[float, bool]] | None = None
         # Rounds run in worker threads, the rest on the worker's event loop.
         self.lock = threading.Lock()
 
@@ -837,6 +851,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
     def teardown(self, worker: Worker) -> None:
         if worker.handlers.get(ROUND_OP) == self.round_handler:
             del worker.handlers[ROUND_OP]
+        self._set_quiet(False)  # a successor quiets again at its run's next round
         if self.holds_blas_limit:
             _BLAS_LIMIT.release()
             self.holds_blas_limit = False
@@ -893,6 +908,8 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         worker = self.worker
         if worker.status != Status.running:
             raise WorkerNotRunning(worker.address, worker.status.name)
+        if spec.quiet_workers:
+            self._hold_quiet(spec.run_id)
         try:
             shard = worker.data[shard_key]
         except KeyError as exc:
@@ -921,8 +938,46 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
                 self.ended[run_id] = None
             while len(self.ended) > self.max_ended:
                 del self.ended[next(iter(self.ended))]
+            quiet = any(run.quiet for run in self.runs.values())
+        self._set_quiet(quiet)
         self._free([k for k in list(self.worker.state.tasks) if _run_of(k) in ending])
         return held
+
+    def _hold_quiet(self, run_id: str) -> None:
+        """Mark run ``run_id`` quiet and quiet the worker (on its event loop)."""
+        with self.lock:
+            run = None if run_id in self.ended else self.runs.setdefault(run_id, _Run(None))
+            if run is None:
+                return
+            run.quiet = True
+        self._set_quiet(True)
+
+    def _set_quiet(self, quiet: bool) -> None:
+        """Give :data:`QUIET_CALLBACKS` their quiet periods, or back their own (event loop)."""
+        callbacks = self.worker.periodic_callbacks if self.worker is not None else {}
+        if quiet and self.loud is None:
+            self.loud = {}
+            for name, period in QUIET_CALLBACKS.items():
+                callback = callbacks.get(name)
+                if callback is None:
+                    continue
+                running = callback.is_running()
+                self.loud[name] = (callback.callback_time, running)
+                callback.stop()
+                if period is not None and running:
+                    callback.callback_time = period
+                    callback.start()
+        elif not quiet and self.loud is not None:
+            loud, self.loud = self.loud, None
+            for name, (period, running) in loud.items():
+                callback = callbacks.get(name)
+                if callback is None:
+                    continue
+                callback.stop()
+                callback.callback_time = period
+                # A closing worker has stopped its callbacks for good.
+                if running and self.worker.status in WORKER_ANY_RUNNING:
+                    callback.start()
 
     def _free(self, keys: list) -> None:
         """Release ``keys`` held in memory that no waiting or running task still needs."""
@@ -1045,6 +1100,9 @@ class RoundSpec:
     speed_memory_s : float
         How long the totals of fits too short to be remembered carry on into the next fit
         of the same shape (the fit's ``reuse_speeds_s``; 0: each fit on its own).
+    quiet_workers : bool
+        Quiet the worker's profiler and tick while the run is held
+        (:data:`QUIET_CALLBACKS`; the fit's ``quiet_workers``).
     """
 
     run_id: str
@@ -1067,6 +1125,7 @@ class RoundSpec:
     return_row_ids: bool = False
     remember_speed: bool = False
     speed_memory_s: float = 0.0
+    quiet_workers: bool = False
 
 
 def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
