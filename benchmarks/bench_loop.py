@@ -81,6 +81,7 @@ def loop_speed(
                     learning_rate=LEARNING_RATE,
                     seed=seed,
                     round=round_index,
+                    quiet_workers=True,  # as a fit's rounds run by default
                 )
                 result = round_task(shard, params, spec)
                 if round_index:

@@ -424,6 +424,35 @@ def test_a_fit_quiets_the_workers_profiler_and_tick_and_gives_them_back(cluster,
     assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
 
 
+def test_a_quiet_round_as_a_task_quiets_its_worker_until_its_run_ends(cluster):
+    """``round_task`` (the benchmarks' loop) honours ``quiet_workers`` as a fit's round
+    calls do, from its worker thread; ending the run from the driver gives them back."""
+    from hmdspt.core.shard import Shard
+    from hmdspt.parallel.worker import RoundSpec, drop_run_state, round_task
+
+    X, Y = _data(500)
+    model = MLP((20, 32, 3))
+    model.initialize(np.random.RandomState(0))
+    spec = RoundSpec(
+        run_id="quiet-task", layer_sizes=(20, 32, 3), hidden_activation="relu",
+        out_activation="softmax", alpha=0.0, dtype="float32",
+        optimizer={"solver": "adam", "learning_rate_init": 0.003}, batch_size=64,
+        mode="delta", new_epoch=True, rounds_left=1, learning_rate=0.003, quiet_workers=True,
+    )  # fmt: skip
+    shard = Shard(X=X, y=Y, row_ids=np.arange(len(X), dtype=np.int64))
+    address = next(iter(cluster.scheduler.workers))
+    worker = next(w for w in cluster.workers.values() if w.address == address)
+    with Client(cluster) as client:
+        result = client.submit(round_task, shard, model.params, spec, workers=[address]).result()
+        assert result["rows"] == len(X)
+        deadline = time.monotonic() + RUN_END_CLEANUP_S  # quieted from the task's thread
+        while _quieted(worker) != ["profile", "profile-cycle", "tick"]:
+            assert time.monotonic() < deadline, _quieted(worker)
+            time.sleep(0.05)
+        client.run(drop_run_state, "quiet-task", workers=[address])
+    assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
+
+
 def test_a_full_disk_under_the_run_log_stops_the_log_not_the_fit(cluster, disk):
 
     X, Y = _data()

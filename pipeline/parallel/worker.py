@@ -909,7 +909,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         if worker.status != Status.running:
             raise WorkerNotRunning(worker.address, worker.status.name)
         if spec.quiet_workers:
-            self._hold_quiet(spec.run_id)
+            self.hold_quiet(spec.run_id)
         try:
             shard = worker.data[shard_key]
         except KeyError as exc:
@@ -938,23 +938,39 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
                 self.ended[run_id] = None
             while len(self.ended) > self.max_ended:
                 del self.ended[next(iter(self.ended))]
-            quiet = any(run.quiet for run in self.runs.values())
-        self._set_quiet(quiet)
+        self._sync_quiet()
         self._free([k for k in list(self.worker.state.tasks) if _run_of(k) in ending])
         return held
 
-    def _hold_quiet(self, run_id: str) -> None:
-        """Mark run ``run_id`` quiet and quiet the worker (on its event loop)."""
+    def hold_quiet(self, run_id: str) -> None:
+        """Mark run ``run_id`` quiet and quiet the worker (from any thread)."""
         with self.lock:
             run = None if run_id in self.ended else self.runs.setdefault(run_id, _Run(None))
             if run is None:
                 return
             run.quiet = True
-        self._set_quiet(True)
+        self._sync_quiet()
+
+    def _sync_quiet(self) -> None:
+        """Quiet the worker while it holds a quiet run, else give the callbacks back; read
+        when it runs on the worker's event loop, so a late call cannot undo a newer run."""
+        if self.worker is None:
+            return
+        if not _on_event_loop():
+            self.worker.loop.add_callback(self._sync_quiet)
+            return
+        with self.lock:
+            quiet = any(run.quiet for run in self.runs.values())
+        self._set_quiet(quiet)
 
     def _set_quiet(self, quiet: bool) -> None:
-        """Give :data:`QUIET_CALLBACKS` their quiet periods, or back their own (event loop)."""
-        callbacks = self.worker.periodic_callbacks if self.worker is not None else {}
+        """Give :data:`QUIET_CALLBACKS` their quiet periods, or back their own."""
+        if self.worker is None:
+            return
+        if not _on_event_loop():  # a periodic callback starts on the loop it runs on
+            self.worker.loop.add_callback(self._set_quiet, quiet)
+            return
+        callbacks = self.worker.periodic_callbacks
         if quiet and self.loud is None:
             self.loud = {}
             for name, period in QUIET_CALLBACKS.items():
@@ -1231,7 +1247,10 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     """One worker's part of one synchronous round, as a Dask task (:func:`run_round` on
     the running task's worker); a fit sends its rounds straight to the workers instead
     (:meth:`HMDSPTWorkerPlugin.round_handler`)."""
-    return run_round(_worker_plugin(get_worker(), create=True), shard, params, spec)
+    plugin = _worker_plugin(get_worker(), create=True)
+    if spec.quiet_workers:
+        plugin.hold_quiet(spec.run_id)
+    return run_round(plugin, shard, params, spec)
 
 
 def run_round(
