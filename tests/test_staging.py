@@ -179,7 +179,10 @@ def test_split_and_concat_keep_every_row():
         X=np.arange(20, dtype=np.float32).reshape(10, 2), y=np.arange(10), row_ids=np.arange(10)
     )
     head, tail = _shard_head(s, 7), _shard_tail(s, 3)
-    assert head.X.base is None  # copies: the old shard's buffers can be freed
+    # The sender keeps its rows in place; what travels holds none of its buffers.
+    for part in ("X", "y", "row_ids", "done"):
+        assert np.shares_memory(getattr(head, part), getattr(s, part)), part
+        assert not np.shares_memory(getattr(tail, part), getattr(s, part)), part
     joined = _concat_shards(None, head, tail)
     np.testing.assert_array_equal(joined.row_ids, np.arange(10))
     np.testing.assert_array_equal(joined.X, s.X)

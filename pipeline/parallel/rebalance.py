@@ -25,6 +25,7 @@ from hmdspt.core.shard import (
     _held_ids,
     _shard_head,
     _shard_tail,
+    take_rows,
 )
 from hmdspt.parallel.client import WorkerLostError, _cluster_workers, _wait_ok, scatter_to
 from hmdspt.parallel.shards import StagedData
@@ -190,8 +191,8 @@ def add_rows(
         if not len(ids):
             continue
         rows = Shard(
-            X=_as_features(np.asarray(X)[ids], dtype),
-            y=None if y is None else np.ascontiguousarray(np.asarray(y)[ids]),
+            X=_as_features(take_rows(X, ids), dtype),
+            y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
             row_ids=ids,
         )
         piece = scatter_to(client, rows, worker, key=None if key_name is None else key_name(worker))

@@ -59,6 +59,7 @@ from hmdspt.core.shard import (
     _shard_non_finite,
     _unique_labels,
     as_rows,
+    take_rows,
 )
 from hmdspt.parallel.client import (
     WorkerLostError,
@@ -543,10 +544,13 @@ def _stage_memory(
                     land(next(a for a, job in sending.items() if job is first))
                 start, stop = bounds[w]
                 ids = perm[start:stop].copy()
-                rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else X[ids]
+                if hasattr(X, "iloc"):
+                    rows = X.iloc[ids].to_numpy(dtype=dtype)
+                else:
+                    rows = take_rows(X, ids)
                 shard = Shard(
                     X=_as_features(rows, dtype),
-                    y=None if y is None else np.ascontiguousarray(y[ids]),
+                    y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
                     row_ids=ids,
                 )
                 # Driver -> worker, not through the scheduler, and without tokenising

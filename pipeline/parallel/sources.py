@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from hmdspt.core.shard import _encode_shard, _rows_with_ids, held_out_counts, held_out_rows
+from hmdspt.core.shard import (
+    _encode_shard,
+    _rows_with_ids,
+    held_out_counts,
+    held_out_rows,
+    take_rows,
+)
 from hmdspt.parallel import rebalance, shards
 from hmdspt.parallel.client import WorkerLostError, _gone_workers, _wait_ok
 from hmdspt.parallel.readers import non_finite_error
@@ -86,7 +92,7 @@ class InMemory:
         self, client: Client, staged: StagedData, ids: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``ids`` (sorted) as ``(X, Y)`` on the driver."""
-        return self.X[ids], self.Y[ids]
+        return take_rows(self.X, ids), take_rows(self.Y, ids)
 
 
 class WorkerRead:
