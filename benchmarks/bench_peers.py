@@ -71,6 +71,8 @@ SPARK_FIT_BUDGET_S = 150.0
 #: 10-iteration trial on this data set, as a Spark user would tune it (``--gd-step``).
 GD_STEP = 3.0
 REFERENCE = "HMDSPT proportional"
+#: The one process on the fastest worker alone, which HMDSPT is paired with in turns.
+IN_PROCESS = "BPNNClassifier(client=None)"
 
 
 @dataclasses.dataclass
@@ -209,6 +211,19 @@ def ratio_lines(rows: Sequence[Row], reference: str = REFERENCE) -> list[str]:
             reach = f"{ours.to_target_s / row.to_target_s:.2f}"
         lines.append(f"  / {row.system}, {row.config}: fit wall {wall}, s to target {reach}")
     return lines
+
+
+def pair_lines(runs: Sequence[PeerRun], reference: str = REFERENCE) -> list[str]:
+    """HMDSPT's fit wall over the one process's, run by run: the n-th of each ran in one turn.
+
+    None when either ran no fit or their counts differ (then they did not run in turns).
+    """
+    ours = [r.result.wall_s for r in runs if r.system == reference]
+    alone = [r.result.wall_s for r in runs if r.system == IN_PROCESS]
+    if not ours or len(ours) != len(alone):
+        return []
+    pairs = ", ".join(f"{a / b:.2f}" for a, b in zip(ours, alone, strict=True))
+    return [f"in turns, {reference} / {IN_PROCESS}, fit wall run by run: {pairs}"]
 
 
 def run_lines(runs: Sequence[PeerRun], target: float, slot_names: Sequence[str]) -> list[str]:
@@ -397,7 +412,7 @@ def run_in_process(tb: Testbed, system: str, data: DataFiles, epochs: int, work:
         )
     _wait_all([proc], RUN_TIMEOUT_S, f"{system} in {slot.name}", log)
     done = json.loads(out.read_text())
-    name = "scikit-learn MLPClassifier" if system == "sklearn" else "BPNNClassifier(client=None)"
+    name = "scikit-learn MLPClassifier" if system == "sklearn" else IN_PROCESS
     curve = [(float(t), float(a)) for t, a in done["curve"]]
     result = RunResult(
         name, done["wall_s"], curve[-1][0], done["final_accuracy"], curve, done["epochs"]
@@ -800,7 +815,8 @@ def _measure_lines() -> list[str]:
     return [
         "how the times are measured (the user's clock; held-out scoring left out of "
         "'s to target' where it can be measured):",
-        "- in-process: one process in the fastest group; BPNNClassifier from its fit() "
+        "- in-process: one process in the fastest group, in turns with HMDSPT's fits when "
+        "both run (the Dask processes idle meanwhile); BPNNClassifier from its fit() "
         "call (eval_curve_, scoring eval_set left out); scikit-learn from its first "
         "partial_fit (one per epoch, scored after each, scoring left out)",
         "- HMDSPT: from BPNNClassifier.fit() on the driver (staging, probing, merging "
@@ -858,7 +874,14 @@ def _run_spark(tb: Testbed, python: Path, data: DataFiles, settings: Settings, w
     return runs, note
 
 
-def _run_hmdspt(tb: Testbed, data: DataFiles, settings: Settings, work: Path):
+def _run_hmdspt(tb: Testbed, data: DataFiles, settings: Settings, work: Path, in_process: bool):
+    """HMDSPT's fits (proportional and equal shares) after one untimed warm-up fit; with
+    ``in_process``, each run's one-process fits in turns with them, the order alternating.
+
+    In turns, a drift of the shared machine's speed over the minutes of the sitting falls on
+    both sides alike; the Dask processes idle while a one-process fit runs (stopping them
+    for it measured the same: 8.05 against 8.13 s, four fits each, docs/design.md).
+    """
     from distributed import Client
 
     address = tb.start_dask(nthreads=1)
@@ -866,9 +889,18 @@ def _run_hmdspt(tb: Testbed, data: DataFiles, settings: Settings, work: Path):
     with Client(address) as client:
         warm = run_hmdspt(tb, client, "proportional", data, min(2, settings.epochs), work)
         print(f"untimed warm-up fit of HMDSPT: {warm.result.wall_s:.1f} s")
-        for _ in range(settings.runs):
-            for partition in ("proportional", "equal"):
-                runs.append(run_hmdspt(tb, client, partition, data, settings.epochs, work))
+        for i in range(settings.runs):
+            turn = [
+                lambda p=p: run_hmdspt(tb, client, p, data, settings.epochs, work)
+                for p in ("proportional", "equal")
+            ]
+            if in_process:
+                one = [
+                    lambda s=s: run_in_process(tb, s, data, settings.epochs, work)
+                    for s in ("bpnn", "sklearn")
+                ]
+                turn = one + turn if i % 2 == 0 else turn + one
+            runs += [fit() for fit in turn]
     return runs
 
 
@@ -923,13 +955,12 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
         for line in _quota_lines(tb, settings):
             print(line)
         print(_load())
-        if "inproc" in settings.systems:
+        # The one process runs in turns with HMDSPT when both are measured (after the
+        # peers, which run while no Dask process is up).
+        in_turns = {"inproc", "hmdspt"} <= settings.systems
+        if "inproc" in settings.systems and not in_turns:
             runs += _run_in_process(tb, data, settings, work)
-            sk = [r.result.final_accuracy for r in runs if r.system.startswith("scikit")]
-            target = target_accuracy(sk)
             print(f"in-process runs done; {_load()}")
-        else:
-            print("no scikit-learn run: target 0")
         if "ddp" in settings.systems:
             runs += _run_ddp(tb, python, data, settings, work)
             print(f"DDP runs done; {_load()}")
@@ -938,14 +969,20 @@ def measure(settings: Settings) -> tuple[list[PeerRun], float, list[str], str]:
             runs += spark_runs
             print(f"Spark runs done; {_load()}")
         if "hmdspt" in settings.systems:
-            runs += _run_hmdspt(tb, data, settings, work)
-            print(f"HMDSPT runs done; {_load()}")
+            runs += _run_hmdspt(tb, data, settings, work, in_process=in_turns)
+            done = "HMDSPT and in-process runs, in turns," if in_turns else "HMDSPT runs"
+            print(f"{done} done; {_load()}")
+        sk = [r.result.final_accuracy for r in runs if r.system.startswith("scikit")]
+        if sk:
+            target = target_accuracy(sk)
+        else:
+            print("no scikit-learn run: target 0")
         slot_names = [s.name for s in tb.slots]
     return runs, target, slot_names, spark_note
 
 
 SYSTEM_ORDER = (
-    "BPNNClassifier(client=None)",
+    IN_PROCESS,
     "scikit-learn MLPClassifier",
     "HMDSPT proportional",
     "HMDSPT equal",
@@ -965,7 +1002,7 @@ def report(runs: Sequence[PeerRun], target: float, slot_names: Sequence[str], no
     rows = summarize_runs(runs, target)
     parts = [
         format_table(rows, target, [f"Spark: {note}"] if note else []),
-        "\n".join(ratio_lines(rows)),
+        "\n".join(ratio_lines(rows) + pair_lines(runs)),
         "\n".join(run_lines(runs, target, slot_names)),
         "\n".join(_measure_lines()),
     ]

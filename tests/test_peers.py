@@ -88,6 +88,20 @@ def test_ratios_are_hmdspt_over_each_peer():
     ]
 
 
+def test_runs_in_turns_pair_hmdspt_with_the_one_process_run_by_run():
+    one, ours = bp.IN_PROCESS, bp.REFERENCE
+    runs = [
+        _run(one, "alone", 8.0, [(6.0, 0.96)]),
+        _run(ours, "3 groups", 6.0, [(4.0, 0.96)]),
+        _run("HMDSPT equal", "3 groups", 12.0, [(9.0, 0.96)]),
+        _run(ours, "3 groups", 7.5, [(5.0, 0.96)]),
+        _run(one, "alone", 7.5, [(5.5, 0.96)]),
+    ]
+    assert bp.pair_lines(runs) == [f"in turns, {ours} / {one}, fit wall run by run: 0.75, 1.00"]
+    assert bp.pair_lines(runs[1:]) == []  # one process ran once: no pairs
+    assert bp.pair_lines([r for r in runs if r.system != ours]) == []
+
+
 def test_ddp_times_run_from_the_launch_less_the_scoring_before_each_evaluation():
     launched = 1000.0
     done = {
