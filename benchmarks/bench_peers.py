@@ -216,7 +216,7 @@ def ratio_lines(rows: Sequence[Row], reference: str = REFERENCE) -> list[str]:
 def pair_lines(runs: Sequence[PeerRun], reference: str = REFERENCE) -> list[str]:
     """HMDSPT's fit wall over the one process's, run by run: the n-th of each ran in one turn.
 
-    None when either ran no fit or their counts differ (then they did not run in turns).
+    Empty when either ran no fit or their counts differ (then they did not run in turns).
     """
     ours = [r.result.wall_s for r in runs if r.system == reference]
     alone = [r.result.wall_s for r in runs if r.system == IN_PROCESS]
