@@ -908,8 +908,6 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         worker = self.worker
         if worker.status != Status.running:
             raise WorkerNotRunning(worker.address, worker.status.name)
-        if spec.quiet_workers:
-            self.hold_quiet(spec.run_id)
         try:
             shard = worker.data[shard_key]
         except KeyError as exc:
@@ -1247,10 +1245,7 @@ def round_task(shard, params: np.ndarray, spec: RoundSpec) -> dict[str, Any]:
     """One worker's part of one synchronous round, as a Dask task (:func:`run_round` on
     the running task's worker); a fit sends its rounds straight to the workers instead
     (:meth:`HMDSPTWorkerPlugin.round_handler`)."""
-    plugin = _worker_plugin(get_worker(), create=True)
-    if spec.quiet_workers:
-        plugin.hold_quiet(spec.run_id)
-    return run_round(plugin, shard, params, spec)
+    return run_round(_worker_plugin(get_worker(), create=True), shard, params, spec)
 
 
 def run_round(
@@ -1279,6 +1274,8 @@ def run_round(
         ``busy_s`` (compute wall seconds including emulation), ``due_left`` and
         ``bytes_out``.
     """
+    if spec.quiet_workers:  # every round passes here, as a call or as a task
+        plugin.hold_quiet(spec.run_id)
     start = time.perf_counter()
     state = plugin.state_for(spec)
     model, optimizer = state["model"], state["optimizer"]
