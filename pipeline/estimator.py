@@ -479,6 +479,17 @@ def _from_json_float(value: float | str | None) -> float | None:
     return None if value is None else float(value)
 
 
+def _classes_of(y: np.ndarray) -> np.ndarray | None:
+    """The sorted distinct labels of a 1-D ``y``; None for a 2-D ``y`` or labels of types
+    that do not sort together (scikit-learn's checks then name the problem)."""
+    if y.ndim != 1:
+        return None
+    try:
+        return np.unique(y)
+    except TypeError:
+        return None
+
+
 def _as_dtype(dtype) -> np.dtype:
     """The computing dtype named by the ``dtype`` parameter (float32 or float64)."""
     resolved = np.dtype(dtype)
@@ -1780,9 +1791,14 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         )
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
-        self._fit_labels(y, incremental)
-        Y = self._label_binarizer.transform(y)
-        return X, Y
+        classes = _classes_of(y)
+        if classes is None:  # a label indicator, or labels numpy cannot sort
+            self._fit_labels(y, incremental)
+            return X, self._label_binarizer.transform(y)
+        # The binarizer fitted on the classes, the rows encoded in numpy: one pass over
+        # the labels, where the binarizer's checks, fit and transform made six.
+        self._fit_labels(classes, incremental)
+        return X, self._label_columns()(y, dtype=_as_dtype(self.dtype))
 
     def _targets_from(self, source, client, incremental: bool):
         """``(n_outputs, encode)`` of data the workers read: labels found there."""

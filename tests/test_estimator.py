@@ -149,6 +149,43 @@ def test_string_labels(digits):
     assert clf.predict(X[:3]).dtype.kind == "U"
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.arange(10),
+        np.array([3, 7]),
+        np.array(["eel", "cat", "dog"]),
+        np.array(["eel", "cat", "dog"], dtype=object),
+        np.array([True, False]),
+        np.array([2.0, -1.0, 5.0]),
+    ],
+    ids=["ints", "binary", "strings", "objects", "bools", "integral-floats"],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_labels_are_encoded_as_the_binarizer_encodes_them(labels, dtype):
+    """The fit encodes labels in numpy from the classes it found in one pass: the same
+    classes, kind and target columns as scikit-learn's LabelBinarizer, in the model's dtype."""
+    from sklearn.preprocessing import LabelBinarizer
+
+    rng = np.random.default_rng(0)
+    y = labels[rng.integers(len(labels), size=500)]
+    X = rng.normal(size=(500, 4))
+    clf = BPNNClassifier(dtype=dtype)
+    _, Y = clf._validate_input(X, y, incremental=False, reset=True)
+    binarizer = LabelBinarizer().fit(y)
+    np.testing.assert_array_equal(clf.classes_, binarizer.classes_)
+    assert clf._label_binarizer.y_type_ == binarizer.y_type_
+    assert Y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(Y, binarizer.transform(y))
+
+
+def test_labels_of_types_that_do_not_sort_together_get_scikit_learns_message():
+    X = np.zeros((4, 2))
+    y = np.array([1, "a", 2, "b"], dtype=object)
+    with pytest.raises(ValueError, match="Unknown label type"):
+        BPNNClassifier(max_iter=1).fit(X, y)
+
+
 def test_partial_fit_and_unseen_labels(digits):
     X, y = digits
     clf = BPNNClassifier((16,), random_state=0)

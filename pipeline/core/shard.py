@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 # Rows checked for NaN at a time by first_non_finite (bounds the check's temporary memory).
 FINITE_CHUNK_ROWS = 65_536
@@ -259,7 +260,9 @@ class LabelColumns:
     classes: np.ndarray
     kind: str
 
-    def __call__(self, y: np.ndarray) -> np.ndarray:
+    def __call__(self, y: np.ndarray, dtype: DTypeLike = np.int64) -> np.ndarray:
+        """The 0/1 columns of the labels ``y``, of type ``dtype`` (the binarizer's int64
+        by default; the model's dtype saves the estimator a conversion)."""
         y = np.asarray(y)
         if self.kind == "multilabel-indicator":  # one 0/1 column per label already
             if y.ndim != 2 or y.shape[1] != len(self.classes):
@@ -267,7 +270,7 @@ class LabelColumns:
                     f"a label indicator of {len(self.classes)} columns was fitted, got shape "
                     f"{y.shape}"
                 )
-            return y.astype(np.int64)
+            return y.astype(dtype)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
         at = np.minimum(np.searchsorted(self.classes, y), len(self.classes) - 1)
@@ -275,8 +278,8 @@ class LabelColumns:
         if unseen.any():
             raise ValueError(f"y has labels the fit did not find: {np.unique(y[unseen])[:5]}")
         if self.kind == "binary":
-            return (at == 1).astype(np.int64).reshape(-1, 1)
-        Y = np.zeros((len(y), len(self.classes)), dtype=np.int64)
+            return (at == 1).astype(dtype).reshape(-1, 1)
+        Y = np.zeros((len(y), len(self.classes)), dtype=dtype)
         Y[np.arange(len(y)), at] = 1
         return Y
 
