@@ -51,14 +51,13 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
-from hmdspt.core.prediction import counted, mean_epoch, predict_epoch, sync_per_round
-from hmdspt.core.rounds import local_step_bound, size_rounds
-from hmdspt.core.runlog import RunLogWriter, RunTotals, new_run_id, read_events, summarize
+from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
 from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
 from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
+from hmdspt.parallel.forecast import Forecast
 from hmdspt.parallel.lifecycle import (
     InterruptWatch,
     close_run,
@@ -266,7 +265,7 @@ class Trainer:
         self._catching_up = False  # in an epoch's catch-up rounds (see fit)
         self.loss_curve: list[float] = []  # mean training loss of each complete epoch
         self.divergence_warning: str | None = None  # written to the run log once
-        # What an epoch was predicted to cost, after the first epoch (_predict).
+        # What an epoch was predicted to cost, after the first epoch (Forecast.predict).
         self.prediction: dict[str, Any] | None = None
         self._epoch = 0
         self._epoch_complete = True  # epoch 0, "before the first": a fit starts with 1
@@ -288,6 +287,7 @@ class Trainer:
         self.rounds = RoundRunner(self)
         self.recovery = Recovery(self)
         self.placement = Placement(self)
+        self.forecast = Forecast(self)
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
@@ -468,155 +468,23 @@ class Trainer:
         status, reason = "failed", None
         interrupts = InterruptWatch().install()
         try:
-            self._owner_recorded = open_run(self.client, self.run_id)
-            self.membership.start()  # before the workers are listed: no change is missed
-            workers = self._workers()
-            self._register(workers)
-            self._log(
-                "run_start",
-                config={
-                    **{k: v for k, v in vars(cfg).items() if k != "run_log"},
-                    "batch_size": self.batch_size,
-                    **self.optimizer_kwargs,
-                },
-                workers=[
-                    {
-                        "name": self._names[a],
-                        "address": a,
-                        "nthreads": workers[a].get("nthreads"),
-                        "memory": workers[a].get("memory_limit"),
-                    }
-                    for a in sorted(workers)
-                ],
-                dataset={"n_rows": n_rows, "n_features": source.n_features, **(dataset or {})},
-                model={
-                    "layers": list(self.model.layer_sizes),
-                    "n_params": self.model.n_params,
-                    "hidden_activation": self.model.hidden_activation,
-                    "out_activation": self.model.out_activation,
-                },
-                called_at=time.time() - (time.perf_counter() - self._called_at),
-            )
-            counts = self._initial_counts(n_rows, workers)
-            self._source = source  # kept to re-stage the rows of a lost worker
-            t0 = time.perf_counter()
-            # A worker lost meanwhile is left out; its rows then go to the survivors.
-            self.staged = source.stage(
-                self.client,
-                counts,
-                seed=cfg.seed,
-                dtype=self.model.dtype,
-                skip_lost=True,
-                key_name=self._shard_key,
-            )
-            staging_s = time.perf_counter() - t0
-            self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
-            skipped = {"unprobed": self.unprobed} if self.unprobed else {}
-            self._log_partition(self.round_index, [], staging_s, **skipped)
-            lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
-            if lost:
-                self._recover(lost)  # raises when nobody is left
+            workers = self._open_run(source, n_rows, dataset)
+            self._stage_rows(source, n_rows, workers)
             if self._resumed:
-                ckpt = self.resumed_from
-                if self.log is not None and ckpt is not None:
-                    self.log.write(
-                        "resume",
-                        round=self.round_index,
-                        epoch=start_epoch,
-                        path=str(ckpt.path),
-                        from_run_id=ckpt.meta.get("run_id"),
-                    )
-                if on_resume is not None:
-                    extra, extra_arrays = self._restored_extra
-                    on_resume(dict(extra), dict(extra_arrays))
+                self._log_resume(start_epoch, on_resume)
             elif self.sync_strategy.warm_starts and cfg.warm_start_rows and cfg.warm_start_epochs:
-                sample = np.random.default_rng(cfg.seed).choice(
-                    n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
-                )
-                X_pilot, Y_pilot = source.sample(self.client, self.staged, np.sort(sample))
-                t_pilot = time.perf_counter()
-                self._pilot_fit(
-                    np.ascontiguousarray(X_pilot, dtype=self.model.dtype),
-                    np.ascontiguousarray(Y_pilot, dtype=self.model.dtype),
-                )
-                t_pilot = time.perf_counter() - t_pilot
-                self._pilot_speed = len(X_pilot) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
-                # The warm-started model is the fit's model from now until round one ends:
-                # scored like a round's, so the accuracy curve starts where training does.
-                # Not counted by eval_resolution: it would skip round one's score when that
-                # round is short (a ramp round), and round one is where the curve moves most.
-                pilot_score = None
-                if evaluate is not None:
-                    trained_s = self.training_seconds()
-                    pilot_score = self._timed(lambda: evaluate(self.model.params.copy()))
-                    if self._on_score is not None:
-                        self._on_score(trained_s, pilot_score)
-                if self.log is not None:
-                    self.log.warm_start(len(X_pilot), cfg.warm_start_epochs, t_pilot, pilot_score)
-            rounds_per_epoch = self.sync_strategy.rounds_per_epoch(n_rows, self.batch_size, cfg)
-            if rounds_per_epoch > n_rows:
-                # Every round after the n-th would have no row to train (and the schedule
-                # of rounds_per_epoch=10**9 alone filled the driver's memory).
-                if cfg.rounds_per_epoch != "auto":
-                    warnings.warn(
-                        f"rounds_per_epoch={cfg.rounds_per_epoch} is more than the "
-                        f"{n_rows} training rows; it is clipped to {n_rows}",
-                        UserWarning,
-                        stacklevel=3,
-                    )
-                rounds_per_epoch = n_rows
-            self._rounds_per_epoch = rounds_per_epoch
+                self._warm_start(source, n_rows, evaluate)
+            self._rounds_per_epoch = self._first_rounds_per_epoch(n_rows)
             ramp_rounds = (
-                self._ramp_rounds(rounds_per_epoch)
+                self._ramp_rounds(self._rounds_per_epoch)
                 if self.sync_strategy.ramps and not self._resumed
                 else 0
             )
             for epoch in range(start_epoch, max_epochs + 1):
-                self._epoch, self._epoch_complete = epoch, False
-                if epoch > start_epoch and self.sync_strategy.sizes_rounds(cfg):
-                    rounds_per_epoch = self._size_rounds(epoch, rounds_per_epoch, max_epochs)
-                    self._rounds_per_epoch = rounds_per_epoch
-                if epoch == start_epoch + 1:
-                    self._predict(epoch, rounds_per_epoch, max_epochs)
-                epoch_loss, epoch_rows = 0.0, 0
-                out_of_time = False
-                schedule = round_schedule(
-                    rounds_per_epoch, ramp_rounds if epoch == start_epoch else 0
-                )
-                for r, rounds_left in enumerate(schedule):
-                    interrupts.raise_if_swallowed()
-                    out_of_time = self._out_of_time()
-                    last = r == len(schedule) - 1 or out_of_time
-                    record = self._round(epoch, r == 0, rounds_left, evaluate, last)
-                    epoch_loss += record.loss_sum
-                    epoch_rows += record.rows
-                    if out_of_time:
-                        break
-                    # Mid-epoch checkpoints; the epoch's last round is saved after
-                    # on_epoch_end, so the caller's epoch book-keeping is in it.
-                    if not last and self.round_index % cfg.checkpoint_every == 0:
-                        self._save_checkpoint(epoch, epoch_complete=False)
-                    self._maybe_rebalance(
-                        epochs_left=max_epochs - epoch + (len(schedule) - r - 1) / len(schedule)
-                    )
-                if out_of_time:
-                    if on_epoch_end is not None:
-                        on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
-                    self._save_checkpoint(epoch, epoch_complete=True)
-                    break
-                # Rows of a worker lost in the epoch's last round were re-staged after it:
-                # catch-up rounds process them, so no row of the epoch is left out.
-                self._catching_up = True
-                while self._due_rows:
-                    interrupts.raise_if_swallowed()
-                    record = self._round(epoch, False, 1, evaluate, True)
-                    epoch_loss += record.loss_sum
-                    epoch_rows += record.rows
-                self._catching_up = False
-                mean_loss = self._end_epoch(epoch, epoch_loss, epoch_rows)
-                stop = on_epoch_end is not None and on_epoch_end(epoch, mean_loss)
-                self._save_checkpoint(epoch, epoch_complete=True)
-                if stop:
+                ramp = ramp_rounds if epoch == start_epoch else 0
+                if self._train_epoch(
+                    epoch, start_epoch, max_epochs, ramp, evaluate, on_epoch_end, interrupts
+                ):
                     break
             # A Ctrl-C swallowed after the last round's check (in a finalizer during the
             # last round or the epoch's end) still stops the fit.
@@ -665,6 +533,193 @@ class Trainer:
                 held.replay()  # what the Ctrl-C would have done: by default, raise
             elif status == "completed" and interrupted:
                 raise KeyboardInterrupt
+
+    def _open_run(
+        self, source: InMemory | WorkerRead, n_rows: int, dataset: dict | None
+    ) -> dict[str, dict]:
+        """Record the run's owner on the scheduler, start the membership, register the
+        workers and log ``run_start``; the workers, as the scheduler lists them."""
+        cfg = self.config
+        self._owner_recorded = open_run(self.client, self.run_id)
+        self.membership.start()  # before the workers are listed: no change is missed
+        workers = self._workers()
+        self._register(workers)
+        self._log(
+            "run_start",
+            config={
+                **{k: v for k, v in vars(cfg).items() if k != "run_log"},
+                "batch_size": self.batch_size,
+                **self.optimizer_kwargs,
+            },
+            workers=[
+                {
+                    "name": self._names[a],
+                    "address": a,
+                    "nthreads": workers[a].get("nthreads"),
+                    "memory": workers[a].get("memory_limit"),
+                }
+                for a in sorted(workers)
+            ],
+            dataset={"n_rows": n_rows, "n_features": source.n_features, **(dataset or {})},
+            model={
+                "layers": list(self.model.layer_sizes),
+                "n_params": self.model.n_params,
+                "hidden_activation": self.model.hidden_activation,
+                "out_activation": self.model.out_activation,
+            },
+            called_at=time.time() - (time.perf_counter() - self._called_at),
+        )
+        return workers
+
+    def _stage_rows(
+        self, source: InMemory | WorkerRead, n_rows: int, workers: dict[str, dict]
+    ) -> None:
+        """Give the rows out (:meth:`_initial_counts`) and stage them; a worker lost
+        meanwhile is left out, and its rows go to the survivors."""
+        cfg = self.config
+        counts = self._initial_counts(n_rows, workers)
+        self._source = source  # kept to re-stage the rows of a lost worker
+        t0 = time.perf_counter()
+        self.staged = source.stage(
+            self.client,
+            counts,
+            seed=cfg.seed,
+            dtype=self.model.dtype,
+            skip_lost=True,
+            key_name=self._shard_key,
+        )
+        staging_s = time.perf_counter() - t0
+        self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
+        skipped = {"unprobed": self.unprobed} if self.unprobed else {}
+        self._log_partition(self.round_index, [], staging_s, **skipped)
+        lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
+        if lost:
+            self._recover(lost)  # raises when nobody is left
+
+    def _log_resume(self, start_epoch: int, on_resume: Callable[[dict, dict], None] | None) -> None:
+        """Log the checkpoint this fit resumed from and hand its caller's state back."""
+        ckpt = self.resumed_from
+        if self.log is not None and ckpt is not None:
+            self.log.write(
+                "resume",
+                round=self.round_index,
+                epoch=start_epoch,
+                path=str(ckpt.path),
+                from_run_id=ckpt.meta.get("run_id"),
+            )
+        if on_resume is not None:
+            extra, extra_arrays = self._restored_extra
+            on_resume(dict(extra), dict(extra_arrays))
+
+    def _warm_start(
+        self,
+        source: InMemory | WorkerRead,
+        n_rows: int,
+        evaluate: Callable[[np.ndarray], float] | None,
+    ) -> None:
+        """The warm start: a pilot fit on the driver on a sample of the rows, scored like
+        a round's model."""
+        cfg = self.config
+        sample = np.random.default_rng(cfg.seed).choice(
+            n_rows, size=min(cfg.warm_start_rows, n_rows), replace=False
+        )
+        X_pilot, Y_pilot = source.sample(self.client, self.staged, np.sort(sample))
+        t_pilot = time.perf_counter()
+        self._pilot_fit(
+            np.ascontiguousarray(X_pilot, dtype=self.model.dtype),
+            np.ascontiguousarray(Y_pilot, dtype=self.model.dtype),
+        )
+        t_pilot = time.perf_counter() - t_pilot
+        self._pilot_speed = len(X_pilot) * cfg.warm_start_epochs / max(t_pilot, 1e-9)
+        # The warm-started model is the fit's model from now until round one ends:
+        # scored like a round's, so the accuracy curve starts where training does.
+        # Not counted by eval_resolution: it would skip round one's score when that
+        # round is short (a ramp round), and round one is where the curve moves most.
+        pilot_score = None
+        if evaluate is not None:
+            trained_s = self.training_seconds()
+            pilot_score = self._timed(lambda: evaluate(self.model.params.copy()))
+            if self._on_score is not None:
+                self._on_score(trained_s, pilot_score)
+        if self.log is not None:
+            self.log.warm_start(len(X_pilot), cfg.warm_start_epochs, t_pilot, pilot_score)
+
+    def _first_rounds_per_epoch(self, n_rows: int) -> int:
+        """Rounds of the first epoch, by the sync strategy, at most one a row."""
+        cfg = self.config
+        rounds_per_epoch = self.sync_strategy.rounds_per_epoch(n_rows, self.batch_size, cfg)
+        if rounds_per_epoch > n_rows:
+            # Every round after the n-th would have no row to train (and the schedule
+            # of rounds_per_epoch=10**9 alone filled the driver's memory).
+            if cfg.rounds_per_epoch != "auto":
+                warnings.warn(
+                    f"rounds_per_epoch={cfg.rounds_per_epoch} is more than the "
+                    f"{n_rows} training rows; it is clipped to {n_rows}",
+                    UserWarning,
+                    stacklevel=4,
+                )
+            rounds_per_epoch = n_rows
+        return rounds_per_epoch
+
+    def _train_epoch(
+        self,
+        epoch: int,
+        start_epoch: int,
+        max_epochs: int,
+        ramp_rounds: int,
+        evaluate: Callable[[np.ndarray], float] | None,
+        on_epoch_end: Callable[[int, float], bool] | None,
+        interrupts: InterruptWatch,
+    ) -> bool:
+        """One epoch: its rounds sized (and, after the first, the fit's rest predicted),
+        its rounds run with the re-balances between them, the catch-up rounds of rows
+        re-staged in its last round, its end checked, logged and checkpointed. Returns
+        whether the fit ends with it (out of time, or ``on_epoch_end`` said stop)."""
+        cfg = self.config
+        self._epoch, self._epoch_complete = epoch, False
+        if epoch > start_epoch and self.sync_strategy.sizes_rounds(cfg):
+            self._rounds_per_epoch = self.forecast.rounds_per_epoch(
+                epoch, self._rounds_per_epoch, max_epochs
+            )
+        if epoch == start_epoch + 1:
+            self.forecast.predict(epoch, self._rounds_per_epoch, max_epochs)
+        epoch_loss, epoch_rows = 0.0, 0
+        out_of_time = False
+        schedule = round_schedule(self._rounds_per_epoch, ramp_rounds)
+        for r, rounds_left in enumerate(schedule):
+            interrupts.raise_if_swallowed()
+            out_of_time = self._out_of_time()
+            last = r == len(schedule) - 1 or out_of_time
+            record = self._round(epoch, r == 0, rounds_left, evaluate, last)
+            epoch_loss += record.loss_sum
+            epoch_rows += record.rows
+            if out_of_time:
+                break
+            # Mid-epoch checkpoints; the epoch's last round is saved after
+            # on_epoch_end, so the caller's epoch book-keeping is in it.
+            if not last and self.round_index % cfg.checkpoint_every == 0:
+                self._save_checkpoint(epoch, epoch_complete=False)
+            self._maybe_rebalance(
+                epochs_left=max_epochs - epoch + (len(schedule) - r - 1) / len(schedule)
+            )
+        if out_of_time:
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, epoch_loss / max(epoch_rows, 1))
+            self._save_checkpoint(epoch, epoch_complete=True)
+            return True
+        # Rows of a worker lost in the epoch's last round were re-staged after it:
+        # catch-up rounds process them, so no row of the epoch is left out.
+        self._catching_up = True
+        while self._due_rows:
+            interrupts.raise_if_swallowed()
+            record = self._round(epoch, False, 1, evaluate, True)
+            epoch_loss += record.loss_sum
+            epoch_rows += record.rows
+        self._catching_up = False
+        mean_loss = self._end_epoch(epoch, epoch_loss, epoch_rows)
+        stop = on_epoch_end is not None and on_epoch_end(epoch, mean_loss)
+        self._save_checkpoint(epoch, epoch_complete=True)
+        return bool(stop)
 
     def _end_epoch(self, epoch: int, loss_sum: float, rows: int) -> float:
         """Check and log a complete epoch; its mean training loss.
@@ -977,136 +1032,6 @@ class Trainer:
         except Exception:  # the cluster may be gone; nothing to clean then
             pass
         self.membership.close()  # no handler of this fit stays on the client
-
-    def _measured_costs(self, epoch: int) -> tuple[dict, dict, dict, float] | None:
-        """Rows, speeds and fixed seconds per round of the workers holding rows, and the
-        synchronisation per round: the median over ``epoch``'s rounds of the round's wall
-        time beyond its longest busy time (sending ``w_t``, tasks, gathering, the merge).
-        None while a worker holding rows has no speed or ``epoch`` has no rounds."""
-        last = [r for r in self.history if r.epoch == epoch and r.workers]
-        counts = {a: n for a, n in self.staged.counts.items() if n}
-        speeds = {a: self._speed(a) for a in counts}
-        if not last or not counts or min(speeds.values()) <= 0:
-            return None
-        sync_s = float(
-            np.median([r.wall_s - max(w["busy_s"] for w in r.workers.values()) for r in last])
-        )
-        measured = [a for a in counts if a in self.costs.workers and self.costs.is_measured(a)]
-        fixed = {a: self.costs.fixed_s(a) if a in measured else 0.0 for a in counts}
-        return counts, speeds, fixed, max(sync_s, 0.0)
-
-    def _size_rounds(self, epoch: int, current: int, last_epoch: int) -> int:
-        """Rounds of ``epoch`` from the costs measured in the epoch before
-        (:meth:`_round_size`), logged; ``current`` stands while a worker holding rows has no
-        speed yet."""
-        measured = self._measured_costs(epoch - 1)
-        if measured is None:
-            return current
-        size, step_bound, compute_s = self._round_size(epoch, last_epoch, measured)
-        _, _, fixed, sync_s = measured
-        self._log(
-            "round_size",
-            epoch=epoch,
-            rounds_per_epoch=size.rounds_per_epoch,
-            compute_s=compute_s,
-            sync_s=sync_s,
-            fixed_s=max(fixed.values()),
-            overhead_fraction=size.overhead_fraction,
-            bound=size.bound,
-            step_bound=step_bound,
-        )
-        return size.rounds_per_epoch
-
-    def _round_size(self, epoch: int, last_epoch: int, measured: tuple) -> tuple:
-        """:func:`size_rounds` of ``epoch`` from ``measured`` (:meth:`_measured_costs`): the
-        overhead is the synchronisation per round plus the largest fixed per-round cost, the
-        compute the longest share's rows over its worker's speed, the step bound the last
-        epoch's or an earlier one's (:func:`local_step_bound`). Returns the size, the step
-        bound and the compute."""
-        counts, speeds, fixed, sync_s = measured
-        compute_s = max(n / speeds[a] for a, n in counts.items())
-        step_bound = local_step_bound(
-            epoch,
-            last_epoch,
-            max_local_steps=self.config.max_local_steps,
-            early_local_steps=self.config.early_local_steps,
-        )
-        size = size_rounds(
-            compute_s,
-            sync_s + max(fixed.values()),
-            max(counts.values()),
-            self.batch_size,
-            budget=self.config.sync_budget,
-            max_local_steps=step_bound,
-        )
-        return size, step_bound, compute_s
-
-    def _measured_efficiency(self, epoch: int) -> float | None:
-        """Parallel efficiency of the fit's rounds before ``epoch``, as its run log's
-        summary computes it (docs/design.md, "Definitions"); None without timed rounds."""
-        totals = RunTotals()
-        for r in self.history:
-            if r.epoch < epoch and r.workers:
-                totals.add({"event": "round", "wall_s": r.wall_s, "workers": r.workers})
-        return totals.summary(None)["efficiency"] or None
-
-    def _predict(self, epoch: int, rounds_per_epoch: int, last_epoch: int) -> None:
-        """Predict the mean epoch of ``epoch`` to ``last_epoch`` from the costs measured in
-        ``epoch - 1`` (:func:`predict_epoch`, :func:`mean_epoch`: the last epoch's rounds
-        sized with its own step bound), log it, and warn in one line when one process on
-        the fastest worker would be faster."""
-        measured = self._measured_costs(epoch - 1)
-        if measured is None:
-            return
-        counts, speeds, fixed, sync_s = measured
-        last_rounds = rounds_per_epoch
-        if epoch < last_epoch and self.sync_strategy.sizes_rounds(self.config):
-            last_rounds = self._round_size(last_epoch, last_epoch, measured)[0].rounds_per_epoch
-        efficiency = self._measured_efficiency(epoch)
-        early, last = (
-            predict_epoch(
-                counts,
-                speeds,
-                fixed,
-                sync_s,
-                k,
-                self.config.min_rows,
-                measured_efficiency=efficiency,
-            )
-            for k in (rounds_per_epoch, last_rounds)
-        )
-        p = mean_epoch([early] * max(last_epoch - epoch, 0) + [last])
-        fastest = self._names.get(p.fastest, str(p.fastest))
-        self.prediction = dict(
-            epoch=epoch,
-            rounds_per_epoch=rounds_per_epoch,
-            last_rounds_per_epoch=last_rounds,
-            sync_s=sync_s,
-            epoch_s=p.epoch_s,
-            balanced_epoch_s=p.balanced_epoch_s,
-            equal_shares_epoch_s=p.equal_shares_epoch_s,
-            fastest_alone_epoch_s=p.fastest_alone_epoch_s,
-            fastest=fastest,
-            speedup=p.speedup,
-            efficiency=p.efficiency,
-            model_efficiency=p.model_efficiency,
-            measured_efficiency=p.measured_efficiency,
-            # Speeds slowed in our code on one machine: labelled wherever they are shown.
-            emulated=self.config.emulation is not None,
-        )
-        self._log("prediction", **self.prediction)
-        if p.speedup < 1:
-            emulated = " (heterogeneity emulated)" if self.prediction["emulated"] else ""
-            message = (
-                f"this cluster{emulated} is predicted to train slower than one process on its "
-                f"fastest worker {fastest} alone: {p.epoch_s:.3g} s an epoch on "
-                f"{counted(len(counts), 'worker')} against {p.fastest_alone_epoch_s:.3g} s "
-                f"(speed-up {p.speedup:.2f}x; "
-                f"{sync_per_round(sync_s, rounds_per_epoch, ' of synchronisation')})"
-            )
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
-            if self.log is not None:
-                self.log.write("warning", round=self.round_index, message=message)
 
     def _speed(self, addr: str) -> float:
         """A worker's speed as its shares follow it: the round cost model's once it has
