@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
@@ -277,6 +279,73 @@ def test_a_move_is_priced_by_the_shards_it_rebuilds_not_the_rows_it_moves():
     straggler = {"a": 600_000.0, "b": 340_000.0, "c": 50_000.0}
     moves = policy.plan(current, straggler, 1_600_000, **kwargs)
     assert moves and partition.apply_moves(current, moves)["c"] < 100_000
+
+
+def test_a_move_that_rebuilds_a_shard_for_a_few_rows_is_left_out():
+    """On the testbed (1.6M-row job, 10 ms, 2026-12-07) a re-balance sent 15,396 rows to the
+    1-core worker and 491 to the 0.5-core one, rebuilding the latter's 461,645 rows for
+    them; the re-balance took 0.79 s where staging all 1.6M rows had taken 0.54 s."""
+    move_cost = MoveCost()
+    move_cost.observe(1_600_000, 0.544)  # the fit's staging
+    policy = get_partition("proportional")
+    speeds = {"a": 330_000.0, "b": 165_000.0, "c": 70_000.0}
+    target = policy.target(1_600_000, policy.weights(speeds))
+    current = {"a": target["a"] - 15_396, "b": target["b"] - 491, "c": target["c"] + 15_887}
+    kwargs = dict(fixed_s={}, epochs_left=2.57, move_cost=move_cost.seconds)
+    full = policy.plan(current, speeds, 1_600_000, fixed_s={})  # priced by nothing
+    assert sorted(m.rows for m in full) == [491, 15_396]
+    (move,) = policy.plan(current, speeds, 1_600_000, **kwargs)
+    assert (move.source, move.destination, move.rows) == ("c", "a", 15_396)
+    # Where rebuilding costs nothing, every move stays.
+    assert (
+        policy.plan(
+            current, speeds, 1_600_000, fixed_s={}, epochs_left=2.57, move_cost=lambda rows: 0.0
+        )
+        == full
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(1e3, 1e6), min_size=2, max_size=6),
+    st.lists(st.integers(0, 200_000), min_size=2, max_size=6),
+    st.floats(0.1, 20.0),
+    st.floats(0.0, 5e-6),
+    st.floats(0.0, 0.5),
+)
+def test_no_move_of_a_plan_costs_more_to_build_than_it_saves(
+    speed_list, count_list, epochs_left, per_row_s, fixed_move_s
+):
+    """Whatever the speeds, layout and price of building shards: in a plan of several
+    moves, leaving any one out would lose at least the building it saves."""
+    n = min(len(speed_list), len(count_list))
+    speeds = {f"w{i}": speed_list[i] for i in range(n)}
+    current = {f"w{i}": count_list[i] + 1 for i in range(n)}  # every worker holds rows
+    n_rows = sum(current.values())
+
+    def move_cost(rows: int) -> float:
+        return fixed_move_s + per_row_s * rows if rows else 0.0
+
+    policy = get_partition("proportional")
+    moves = policy.plan(
+        current, speeds, n_rows, fixed_s={}, epochs_left=epochs_left, move_cost=move_cost
+    )
+    if not moves:
+        return
+    after = partition.apply_moves(current, moves)
+    assert sum(after.values()) == n_rows and min(after.values()) >= 0
+
+    def epoch_s(layout):
+        return max(n / speeds[w] for w, n in layout.items() if n)
+
+    if len(moves) > 1:
+        for move in moves:
+            rest = [m for m in moves if m is not move]
+            lost = epochs_left * (epoch_s(partition.apply_moves(current, rest)) - epoch_s(after))
+            saved = move_cost(partition.rows_rebuilt(current, moves)) - move_cost(
+                partition.rows_rebuilt(current, rest)
+            )
+            assert lost >= saved - 1e-9, (move, lost, saved)
 
 
 def test_rows_rebuilt_counts_every_sender_and_receiver_after_the_moves():
