@@ -456,10 +456,9 @@ def rows_rebuilt(
     follows the size of those shards more than the rows moved: on the testbed, when senders
     still copied their kept rows, a move of 13,057 rows between shards of 215k, 499k and 886k
     rows took 0.98 s, as long as staging all 1.6M rows (0.96 s). A staging rebuilds every row
-    it stages. A sender keeps its rows
-    in place (views), yet its rows are counted too: priced by the receivers' rows alone,
-    re-balances followed the testbed's swinging speeds more often and the fits were no
-    shorter (docs/design.md, "Re-balancing that pays").
+    it stages. A sender keeps its rows in place (views), yet its rows are counted too: priced
+    by the receivers' rows alone, re-balances followed the testbed's swinging speeds more
+    often and the fits were no shorter (docs/design.md, "Re-balancing that pays").
 
     Parameters
     ----------

@@ -152,7 +152,8 @@ def _shard_head(shard: Shard, n_keep: int) -> Shard:
 
     A sender keeps its rows in place, so a re-balance costs it no copy and no fresh memory
     (copying a sender's 0.5-0.8M kept rows into fresh memory took 0.2-0.5 s on the testbed,
-    docs/design.md, "Re-balancing that pays"). The cut-off rows' memory is freed with the kept rows.
+    docs/design.md, "Re-balancing that pays"). The cut-off rows' memory is freed with the
+    kept rows.
     """
     return Shard(
         X=shard.X[:n_keep],
