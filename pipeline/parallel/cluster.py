@@ -134,6 +134,7 @@ def local_cluster(
     silence_logs: int | bool = logging.WARNING,
     memory_limit: str | float | None = "auto",
     blas_threads: int | None = 1,
+    numpy_huge_pages: bool | None = False,
     timeout: float = 60.0,
     **kwargs: Any,
 ) -> EmulatedLocalCluster:
@@ -161,6 +162,9 @@ def local_cluster(
     blas_threads : int or None, default=1
         BLAS threads per worker process (see
         :class:`~hmdspt.parallel.worker.HMDSPTWorkerPlugin`).
+    numpy_huge_pages : bool or None, default=False
+        Whether each worker's numpy asks the kernel for transparent huge pages; None leaves
+        it as numpy set it (see :class:`~hmdspt.parallel.worker.HMDSPTWorkerPlugin`).
     timeout : float, default=60.0
         Seconds to wait for all workers to start.
     **kwargs
@@ -229,7 +233,9 @@ def local_cluster(
     )
     try:
         cluster.emulation = Emulation(dict(zip(names, speeds)), slowdowns)
-        plugin = HMDSPTWorkerPlugin(slowdowns, blas_threads=blas_threads)
+        plugin = HMDSPTWorkerPlugin(
+            slowdowns, blas_threads=blas_threads, numpy_huge_pages=numpy_huge_pages
+        )
         cluster.sync(
             cluster.scheduler_comm.register_worker_plugin,
             plugin=dumps(plugin),

@@ -74,6 +74,7 @@ __all__ = [
     "run_round",
     "run_key",
     "model_speed_key",
+    "numpy_huge_page_switch",
     "speed_key",
     "set_slowdown",
     "throttled",
@@ -692,24 +693,24 @@ class _Handover:
 _HANDOVER_ATTR = "_hmdspt_handover"
 
 
-class _ProcessBlasLimit:
-    """The BLAS limit that the plugins of this process's workers hold.
+class _ProcessSetting:
+    """A process-wide setting that the plugins of this process's workers hold.
 
-    BLAS pools are per process: in-process workers share one, so the first plugin to hold
-    the limit sets it and the last to let go gives the process back the limits it had.
+    In-process workers share one process: the first plugin to hold the setting applies it
+    and the last to let go gives the process back what it had. ``apply(value)`` applies it
+    and returns what restores the process.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, apply: Callable[[Any], Callable[[], Any]]) -> None:
+        self._apply = apply
         self._lock = threading.Lock()
         self._holders = 0
-        self._limiter: Any = None
+        self._restore: Callable[[], Any] | None = None
 
-    def hold(self, threads: int) -> None:
-        from threadpoolctl import threadpool_limits
-
+    def hold(self, value: Any) -> None:
         with self._lock:
             if self._holders == 0:
-                self._limiter = threadpool_limits(limits=threads)
+                self._restore = self._apply(value)
             self._holders += 1
 
     def release(self) -> None:
@@ -717,12 +718,42 @@ class _ProcessBlasLimit:
             if self._holders == 0:
                 return
             self._holders -= 1
-            if self._holders == 0 and self._limiter is not None:
-                self._limiter.restore_original_limits()
-                self._limiter = None
+            if self._holders == 0 and self._restore is not None:
+                restore, self._restore = self._restore, None
+                restore()
 
 
-_BLAS_LIMIT = _ProcessBlasLimit()
+def _limit_blas(threads: int) -> Callable[[], Any]:
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads).restore_original_limits
+
+
+def numpy_huge_page_switch() -> Callable[[bool], bool] | None:
+    """numpy's switch of its transparent huge page advice (``madvise(MADV_HUGEPAGE)`` on
+    the arrays of 4 MiB and more it allocates; what ``NUMPY_MADVISE_HUGEPAGE`` sets at
+    import): called with True or False, it returns the setting it replaced. None where
+    this numpy has none."""
+    import importlib
+
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
+        try:
+            return importlib.import_module(module)._set_madvise_hugepage
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _advise_huge_pages(enabled: bool) -> Callable[[], Any]:
+    switch = numpy_huge_page_switch()
+    if switch is None:
+        return lambda: None
+    before = switch(enabled)
+    return lambda: switch(before)
+
+
+_BLAS_LIMIT = _ProcessSetting(_limit_blas)
+_HUGE_PAGES = _ProcessSetting(_advise_huge_pages)
 
 
 class HMDSPTWorkerPlugin(WorkerPlugin):
@@ -731,7 +762,8 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
     It holds
 
     - the emulated slowdown ``k`` of the worker (``slowdown``, applied by :func:`throttled`,
-      changed by :func:`set_slowdown`) and the BLAS thread limit, set at setup;
+      changed by :func:`set_slowdown`), the BLAS thread limit and numpy's huge page
+      advice, set at setup;
     - the per-run state of HMDSPT fits, by run id (``runs``). A run is held from the first
       of its keys to land on the worker (which names its owner, see :func:`run_key`) or its
       first round, until it ends (:meth:`end_runs`: at the fit's clean-up, or when
@@ -766,6 +798,16 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         changed config. None leaves the process alone. The limit is process-wide: for
         in-process workers it also limits the client's process, until the last of them
         closes and the process gets its own limits back.
+    numpy_huge_pages : bool or None, default=False
+        Whether numpy asks the kernel for transparent huge pages for the arrays of 4 MiB
+        and more it allocates in the worker's process, from setup to teardown
+        (:func:`numpy_huge_page_switch`; numpy's own default is True on Linux 4.6 and
+        later). False, because a worker's large arrays are the shards it receives and
+        those a re-balance builds, each in freshly mapped memory, and where the kernel
+        compacts memory to find huge pages for them (its THP ``defrag`` setting
+        ``madvise``) the receiving worker stalled: staging took 1.4-2.4 times as long with
+        the advice (docs/design.md, "Round loop"). None leaves the process alone.
+        Process-wide, as ``blas_threads`` is.
 
     Notes
     -----
@@ -797,6 +839,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         self,
         slowdowns: float | Mapping[Any, float] | None = None,
         blas_threads: int | None = None,
+        numpy_huge_pages: bool | None = False,
     ) -> None:
         if isinstance(slowdowns, Mapping):
             slowdowns = {name: _check_slowdown(k) for name, k in slowdowns.items()}
@@ -806,9 +849,15 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1
         ):
             raise ValueError(f"blas_threads must be an int >= 1 or None, got {blas_threads!r}")
+        if numpy_huge_pages is not None and not isinstance(numpy_huge_pages, bool):
+            raise ValueError(
+                f"numpy_huge_pages must be True, False or None, got {numpy_huge_pages!r}"
+            )
         self.slowdowns = slowdowns
         self.blas_threads = blas_threads
+        self.numpy_huge_pages = numpy_huge_pages
         self.holds_blas_limit = False
+        self.holds_huge_pages = False
         self.worker: Worker | None = None
         self.slowdown = 1.0
         self.runs: dict[str, _Run] = {}
@@ -821,7 +870,11 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
 
     def __getstate__(self) -> dict:
         # Only the configuration travels: a lock does not pickle, and state is per worker.
-        return {"slowdowns": self.slowdowns, "blas_threads": self.blas_threads}
+        return {
+            "slowdowns": self.slowdowns,
+            "blas_threads": self.blas_threads,
+            "numpy_huge_pages": self.numpy_huge_pages,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
@@ -846,6 +899,9 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         if self.blas_threads is not None and not self.holds_blas_limit:
             _BLAS_LIMIT.hold(self.blas_threads)
             self.holds_blas_limit = True
+        if self.numpy_huge_pages is not None and not self.holds_huge_pages:
+            _HUGE_PAGES.hold(self.numpy_huge_pages)
+            self.holds_huge_pages = True
         worker.handlers[ROUND_OP] = self.round_handler
 
     def teardown(self, worker: Worker) -> None:
@@ -855,6 +911,9 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
         if self.holds_blas_limit:
             _BLAS_LIMIT.release()
             self.holds_blas_limit = False
+        if self.holds_huge_pages:
+            _HUGE_PAGES.release()
+            self.holds_huge_pages = False
         with self.lock:
             handover = _Handover(self.slowdown, self.runs, self.ended, self.speeds)
             self.runs, self.ended, self.speeds = {}, {}, {}
