@@ -21,6 +21,7 @@ from distributed import Client, LocalCluster
 from threadpoolctl import threadpool_info
 
 from hmdspt.core.nn import MLP
+from hmdspt.core.process import numpy_huge_page_advice, numpy_huge_page_switch
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -31,7 +32,6 @@ from hmdspt.parallel.worker import (
     ThrottleRecord,
     current_slowdown,
     get_slowdowns,
-    numpy_huge_page_switch,
     probe_task,
     run_ids_held,
     set_slowdown,
@@ -165,34 +165,25 @@ def test_each_worker_gets_its_slowdown_and_one_blas_thread(emulated):
     assert all(pool["num_threads"] == 1 for pools in blas.values() for pool in pools)
 
 
-def _numpy_huge_page_advice() -> bool:
-    """Whether numpy asks for transparent huge pages in this process (read by setting it
-    and setting it back)."""
-    switch = numpy_huge_page_switch()
-    advice = switch(True)
-    switch(advice)
-    return advice
-
-
 @pytest.mark.timeout(60)
-def test_worker_processes_allocate_without_numpy_huge_page_advice(emulated):
+def test_worker_processes_allocate_withoutnumpy_huge_page_advice(emulated):
     """The shards a worker receives land in memory mapped without huge pages (the kernel's
     compaction for them stalled the receiving workers: docs/design.md, "Round loop")."""
     _, client = emulated
-    assert set(client.run(_numpy_huge_page_advice).values()) == {False}
+    assert set(client.run(numpy_huge_page_advice).values()) == {False}
 
 
-def test_in_process_workers_hold_numpy_huge_page_advice_off_until_the_last_of_them_closes():
+def test_in_process_workers_holdnumpy_huge_page_advice_off_until_the_last_of_them_closes():
     """In-process workers share the process's numpy: no huge page advice while any of them
     runs, the process's own setting back once they have all closed."""
     switch = numpy_huge_page_switch()
     before = switch(True)  # numpy's default on Linux, as in a user's fresh interpreter
     try:
         with _emulated_in_process() as cluster, Client(cluster) as client:
-            during = _numpy_huge_page_advice()
+            during = numpy_huge_page_advice()
             client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
-            with_one_left = _numpy_huge_page_advice()
-        after = _numpy_huge_page_advice()
+            with_one_left = numpy_huge_page_advice()
+        after = numpy_huge_page_advice()
     finally:
         switch(before)
     assert (during, with_one_left, after) == (False, False, True)
@@ -203,7 +194,7 @@ def test_workers_asked_to_leave_numpy_alone_keep_its_huge_page_advice():
     before = switch(True)
     try:
         with local_cluster((2, 1), processes=False, blas_threads=None, numpy_huge_pages=None):
-            during = _numpy_huge_page_advice()
+            during = numpy_huge_page_advice()
     finally:
         switch(before)
     assert during is True

@@ -49,6 +49,7 @@ from hmdspt.core.nn import (
     minibatch_pass,
     split_weights,
 )
+from hmdspt.core.process import HUGE_PAGES, ProcessSetting
 from hmdspt.core.speed import PROBE_ESTIMATORS, chunk_speed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,7 +75,6 @@ __all__ = [
     "run_round",
     "run_key",
     "model_speed_key",
-    "numpy_huge_page_switch",
     "speed_key",
     "set_slowdown",
     "throttled",
@@ -693,67 +693,13 @@ class _Handover:
 _HANDOVER_ATTR = "_hmdspt_handover"
 
 
-class _ProcessSetting:
-    """A process-wide setting that the plugins of this process's workers hold.
-
-    In-process workers share one process: the first plugin to hold the setting applies it
-    and the last to let go gives the process back what it had. ``apply(value)`` applies it
-    and returns what restores the process.
-    """
-
-    def __init__(self, apply: Callable[[Any], Callable[[], Any]]) -> None:
-        self._apply = apply
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._restore: Callable[[], Any] | None = None
-
-    def hold(self, value: Any) -> None:
-        with self._lock:
-            if self._holders == 0:
-                self._restore = self._apply(value)
-            self._holders += 1
-
-    def release(self) -> None:
-        with self._lock:
-            if self._holders == 0:
-                return
-            self._holders -= 1
-            if self._holders == 0 and self._restore is not None:
-                restore, self._restore = self._restore, None
-                restore()
-
-
 def _limit_blas(threads: int) -> Callable[[], Any]:
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=threads).restore_original_limits
 
 
-def numpy_huge_page_switch() -> Callable[[bool], bool] | None:
-    """numpy's switch of its transparent huge page advice (``madvise(MADV_HUGEPAGE)`` on
-    the arrays of 4 MiB and more it allocates; what ``NUMPY_MADVISE_HUGEPAGE`` sets at
-    import): called with True or False, it returns the setting it replaced. None where
-    this numpy has none."""
-    import importlib
-
-    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
-        try:
-            return importlib.import_module(module)._set_madvise_hugepage
-        except (ImportError, AttributeError):
-            continue
-    return None
-
-
-def _advise_huge_pages(enabled: bool) -> Callable[[], Any]:
-    switch = numpy_huge_page_switch()
-    if switch is None:
-        return lambda: None
-    before = switch(enabled)
-    return lambda: switch(before)
-
-
-_BLAS_LIMIT = _ProcessSetting(_limit_blas)
-_HUGE_PAGES = _ProcessSetting(_advise_huge_pages)
+_BLAS_LIMIT = ProcessSetting(_limit_blas)
 
 
 class HMDSPTWorkerPlugin(WorkerPlugin):
@@ -801,10 +747,10 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
     numpy_huge_pages : bool or None, default=False
         Whether numpy asks the kernel for transparent huge pages for the arrays of 4 MiB
         and more it allocates in the worker's process, from setup to teardown
-        (:func:`numpy_huge_page_switch`; numpy's own default is True on Linux 4.6 and
-        later). False, because a worker's large arrays are the shards it receives and
-        those a re-balance builds, each in freshly mapped memory, and where the kernel
-        compacts memory to find huge pages for them (its THP ``defrag`` setting
+        (:func:`hmdspt.core.process.numpy_huge_page_switch`; numpy's own default is True
+        on Linux 4.6 and later). False, because a worker's large arrays are the shards it
+        receives and those a re-balance builds, each in freshly mapped memory, and where
+        the kernel compacts memory to find huge pages for them (its THP ``defrag`` setting
         ``madvise``) the receiving worker stalled: staging took 1.4-2.4 times as long with
         the advice (docs/design.md, "Round loop"). None leaves the process alone.
         Process-wide, as ``blas_threads`` is.
@@ -900,7 +846,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             _BLAS_LIMIT.hold(self.blas_threads)
             self.holds_blas_limit = True
         if self.numpy_huge_pages is not None and not self.holds_huge_pages:
-            _HUGE_PAGES.hold(self.numpy_huge_pages)
+            HUGE_PAGES.hold(self.numpy_huge_pages)
             self.holds_huge_pages = True
         worker.handlers[ROUND_OP] = self.round_handler
 
@@ -912,7 +858,7 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             _BLAS_LIMIT.release()
             self.holds_blas_limit = False
         if self.holds_huge_pages:
-            _HUGE_PAGES.release()
+            HUGE_PAGES.release()
             self.holds_huge_pages = False
         with self.lock:
             handover = _Handover(self.slowdown, self.runs, self.ended, self.speeds)
