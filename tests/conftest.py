@@ -188,3 +188,15 @@ def sigint_raises():
         yield
     finally:
         signal.signal(signal.SIGINT, handler)
+
+
+@pytest.fixture
+def advice_on():
+    """numpy's transparent huge page advice on for the test, as in a user's fresh
+    interpreter on Linux; the test process's own setting back after."""
+    from hmdspt.core.process import numpy_huge_page_switch
+
+    switch = numpy_huge_page_switch()
+    before = switch(True)
+    yield
+    switch(before)

@@ -21,7 +21,7 @@ from distributed import Client, LocalCluster
 from threadpoolctl import threadpool_info
 
 from hmdspt.core.nn import MLP
-from hmdspt.core.process import numpy_huge_page_advice, numpy_huge_page_switch
+from hmdspt.core.process import numpy_huge_page_advice
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -176,27 +176,17 @@ def test_worker_processes_allocate_withoutnumpy_huge_page_advice(emulated):
 def test_in_process_workers_holdnumpy_huge_page_advice_off_until_the_last_of_them_closes():
     """In-process workers share the process's numpy: no huge page advice while any of them
     runs, the process's own setting back once they have all closed."""
-    switch = numpy_huge_page_switch()
-    before = switch(True)  # numpy's default on Linux, as in a user's fresh interpreter
-    try:
-        with _emulated_in_process() as cluster, Client(cluster) as client:
-            during = numpy_huge_page_advice()
-            client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
-            with_one_left = numpy_huge_page_advice()
-        after = numpy_huge_page_advice()
-    finally:
-        switch(before)
+    with _emulated_in_process() as cluster, Client(cluster) as client:
+        during = numpy_huge_page_advice()
+        client.retire_workers([next(iter(scheduler_workers(client)))], close_workers=True)
+        with_one_left = numpy_huge_page_advice()
+    after = numpy_huge_page_advice()
     assert (during, with_one_left, after) == (False, False, True)
 
 
-def test_workers_asked_to_leave_numpy_alone_keep_its_huge_page_advice():
-    switch = numpy_huge_page_switch()
-    before = switch(True)
-    try:
-        with local_cluster((2, 1), processes=False, blas_threads=None, numpy_huge_pages=None):
-            during = numpy_huge_page_advice()
-    finally:
-        switch(before)
+def test_workers_asked_to_leave_numpy_alone_keep_its_huge_page_advice(advice_on):
+    with local_cluster((2, 1), processes=False, blas_threads=None, numpy_huge_pages=None):
+        during = numpy_huge_page_advice()
     assert during is True
 
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from hmdspt.core.process import (
     HUGE_PAGES,
     ProcessSetting,
     numpy_huge_page_advice,
-    numpy_huge_page_switch,
 )
 
 
@@ -23,16 +20,6 @@ def test_holding_numpys_huge_page_advice_off_gives_the_process_its_own_back(advi
     HUGE_PAGES.release()
     seen.append(numpy_huge_page_advice())
     assert seen == [False, False, False, True]
-
-
-@pytest.fixture
-def advice_on():
-    """numpy's huge page advice on, as in a user's fresh interpreter on Linux; the test
-    process's own setting back after."""
-    switch = numpy_huge_page_switch()
-    before = switch(True)
-    yield
-    switch(before)
 
 
 def test_a_process_setting_applies_its_first_holders_value_until_the_last_lets_go():
