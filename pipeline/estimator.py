@@ -112,6 +112,7 @@ _TRAINER_OPTION_CONSTRAINTS: dict = {
     "topk": [Interval(Real, 0, 1, closed="right")],
     "warm_start_rows": [Interval(Integral, 0, None, closed="left")],
     "warm_start_epochs": [Interval(Integral, 0, None, closed="left")],
+    "first_wave_fraction": [Interval(Real, 0, 1, closed="right")],
     "ramp_rounds": [Interval(Integral, 0, None, closed="left")],
     "ramp_first_round_s": [Interval(Real, 0, None, closed="neither")],
     "max_ramp_rounds": [Interval(Integral, 0, None, closed="left")],
@@ -1701,8 +1702,9 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
         ``max_local_steps``, ``early_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
-        ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
-        ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
+        ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
+        ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,
+        ``rebalance_threshold``, ``min_rows``,
         ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
         key fails the fit, in-process too.
 
@@ -2103,8 +2105,9 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
         ``max_local_steps``, ``early_local_steps``, ``block_lr``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
-        ``ramp_rounds``, ``ramp_first_round_s``, ``max_ramp_rounds``, ``probe_seconds``,
-        ``reuse_speeds_s``, ``cost_window_s``, ``rebalance_threshold``, ``min_rows``,
+        ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
+        ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,
+        ``rebalance_threshold``, ``min_rows``,
         ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
         key fails the fit, in-process too.
 

@@ -54,6 +54,7 @@ NON_DEFAULT_OPTIONS = {
     "topk": 0.25,
     "warm_start_rows": 300,
     "warm_start_epochs": 1,
+    "first_wave_fraction": 0.5,
     "ramp_rounds": 1,
     "ramp_first_round_s": 0.2,
     "max_ramp_rounds": 2,

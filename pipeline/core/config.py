@@ -59,6 +59,12 @@ class TrainerConfig:
         Fraction kept by top-k compression.
     warm_start_rows, warm_start_epochs : int
         Size of the pilot fit run before round one (``sync="hmdspt"``); 0 turns it off.
+    first_wave_fraction : float
+        Rows the driver holds: the fraction of each worker's rows staged before round
+        one. The rest follow while the first rounds train, which draw from the rows that
+        have landed; each worker's rows become one shard once all have landed, or before
+        the first round that needs them. 1 stages every row before round one. Data the
+        workers read (Dask collections, files) is staged in one wave.
     ramp_rounds : int
         ``sync="hmdspt"``, a fresh fit: the first epoch starts with at least this many
         short rounds, each twice the rows of the one before (see
@@ -160,6 +166,7 @@ class TrainerConfig:
     topk: float = 0.1
     warm_start_rows: int = 2000
     warm_start_epochs: int = 2
+    first_wave_fraction: float = 0.125
     ramp_rounds: int = 3
     ramp_first_round_s: float = 0.1
     max_ramp_rounds: int = 5
@@ -195,6 +202,10 @@ class TrainerConfig:
             raise ValueError(f"sync_budget must be in (0, 1), got {self.sync_budget}")
         if self.max_local_steps < 1:
             raise ValueError(f"max_local_steps must be >= 1, got {self.max_local_steps}")
+        if not 0 < self.first_wave_fraction <= 1:
+            raise ValueError(
+                f"first_wave_fraction must be in (0, 1], got {self.first_wave_fraction}"
+            )
         if self.early_local_steps < 1:
             raise ValueError(f"early_local_steps must be >= 1, got {self.early_local_steps}")
         if not 0 <= self.block_momentum < 1:

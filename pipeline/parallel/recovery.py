@@ -53,6 +53,8 @@ class Recovery:
     def recover(self, lost: set[str]) -> None:
         """Drop lost workers; re-stage their rows from the source onto the survivors."""
         t = self.trainer
+        # The rows still on their way are not missing: join them first.
+        lost = set(lost) | t._take_second_wave()
         for addr in sorted(lost):
             t._log(
                 "worker_lost",

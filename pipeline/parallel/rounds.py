@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,7 @@ class RoundRunner:
         t = self.trainer
         t.round_index += 1
         t._sync_membership()
+        t._settle_second_wave(rounds_left)
         spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
         results, arrived, lost = self._call_workers(spec, start)
@@ -156,6 +157,7 @@ class RoundRunner:
             for res in results.values():
                 np.add.at(seen, res["row_ids"], 1)
                 t.weights_seen.append((res["row_ids"], res["weight"]))
+        t._count_first_wave_rows(results)
         t.history.append(record)
         fields = dict(
             round=record.round,
@@ -245,7 +247,10 @@ class RoundRunner:
                 addr: {
                     "shard_key": t.staged.futures[addr].key,
                     "params": t.model.params,
-                    "spec": spec,
+                    # Rows on their way count in the worker's share of the due rows.
+                    "spec": replace(spec, pending_rows=pending)
+                    if (pending := t._pending_rows(addr))
+                    else spec,
                 }
                 for addr in to_call
             },

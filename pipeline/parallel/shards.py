@@ -39,7 +39,9 @@ range would be cheaper on I/O but would give each worker a contiguous, biased bl
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from concurrent.futures import wait as wait_jobs
@@ -59,6 +61,7 @@ from hmdspt.core.shard import (
     _shard_non_finite,
     _unique_labels,
     as_rows,
+    joined_shard,
     take_rows,
 )
 from hmdspt.parallel.client import (
@@ -94,9 +97,11 @@ from hmdspt.parallel.readers import (
 __all__ = [
     "DaskReader",
     "PathReader",
+    "SecondWave",
     "SourceReader",
     "StagedData",
     "equal_counts",
+    "join_second_wave",
     "stage",
     "stage_from",
 ]
@@ -174,6 +179,68 @@ def _assemble_shard(
 
 
 @dataclass(eq=False)
+class SecondWave:
+    """The rest of each worker's rows, sent after the first wave while rounds train.
+
+    Attributes
+    ----------
+    jobs : dict of str to concurrent.futures.Future
+        Worker address -> the send of its rows, whose result is the Dask future of a
+        :class:`~hmdspt.core.shard.Shard` on that worker.
+    counts : dict of str to int
+        Worker address -> rows on their way to it.
+    ended : dict of str to float
+        Worker address -> ``time.perf_counter()`` when its send ended (each send writes
+        its own).
+    """
+
+    jobs: dict[str, Any]
+    counts: dict[str, int]
+    ended: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ended_at(self) -> float | None:
+        """``time.perf_counter()`` when the last send that has ended ended."""
+        return max(self.ended.values(), default=None)
+
+    def landed(self) -> bool:
+        """Whether every send has ended (landed, or failed with its worker)."""
+        return all(job.done() for job in self.jobs.values())
+
+    def take(self) -> tuple[dict[str, Future], set[str]]:
+        """Wait for every send: the rows that landed, by worker, and the workers that left
+        before theirs did (:class:`~hmdspt.parallel.client.WorkerLostError`). Another
+        failure is raised, after releasing what landed."""
+        landed: dict[str, Future] = {}
+        lost: set[str] = set()
+        try:
+            for w, job in self.jobs.items():
+                try:
+                    landed[w] = job.result()
+                except WorkerLostError:
+                    lost.add(w)
+        except BaseException:
+            for fut in landed.values():
+                fut.release()
+            self.release()
+            raise
+        self.jobs = {}
+        return landed, lost
+
+    def release(self) -> None:
+        """Nothing of the wave stays on the workers: sends not started are cancelled, the
+        others waited for and their rows dropped."""
+        for job in self.jobs.values():
+            if job.cancel():
+                continue
+            try:
+                job.result().release()
+            except BaseException:  # a send that failed left nothing
+                pass
+        self.jobs = {}
+
+
+@dataclass(eq=False)
 class StagedData:
     """Rows staged on workers: one pinned future per worker, and what describes them.
 
@@ -196,6 +263,9 @@ class StagedData:
         Seed of the staging permutation.
     source : str
         Short description of the source (for logs).
+    second_wave : SecondWave or None
+        The rows still on their way (``counts`` counts them), when staging sent a first
+        wave only; the caller takes it over.
     """
 
     client: Client = field(repr=False)
@@ -206,6 +276,7 @@ class StagedData:
     has_labels: bool = True
     seed: int = 0
     source: str = ""
+    second_wave: SecondWave | None = field(default=None, repr=False)
 
     @property
     def n_rows(self) -> int:
@@ -264,6 +335,39 @@ class StagedData:
             fut.release()
         self.futures = {}
         self.counts = {}
+
+
+def join_second_wave(
+    staged: StagedData, wave: SecondWave, key_name: Callable[[str], str] | None = None
+) -> set[str]:
+    """Make each worker's two staging waves one shard, on the worker, in ``staged``.
+
+    Waits for the second wave first. Returns the workers of ``staged`` that left before
+    their rows were one shard: ``staged`` still lists their first wave, and the caller
+    recovers their rows. ``key_name`` names the joined shards' keys, as :func:`stage`'s.
+    """
+    landed, lost = wave.take()
+    joined: dict[str, Future] = {}
+    try:
+        for w, second in landed.items():
+            if w in staged.futures:
+                joined[w] = staged.client.submit(
+                    joined_shard,
+                    staged.futures[w],
+                    second,
+                    key=None if key_name is None else key_name(w),
+                    workers=[w],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+        joined = _wait_shards(joined, skip_lost=True)
+    finally:
+        for fut in landed.values():
+            fut.release()
+    for w, fut in joined.items():
+        staged.futures[w].release()
+        staged.futures[w] = fut
+    return {w for w in (set(landed) | lost) - set(joined) if w in staged.futures}
 
 
 def equal_counts(n_rows: int, workers: Sequence[str]) -> dict[str, int]:
@@ -387,6 +491,7 @@ def stage(
     csv_chunksize: int = 65_536,
     skip_lost: bool = False,
     key_name: Callable[[str], str] | None = None,
+    first_wave: float = 1.0,
 ) -> StagedData:
     """Put the rows of a data set on the workers, ``counts[address]`` rows each.
 
@@ -433,6 +538,11 @@ def stage(
         (default: one Dask makes up). The trainer names them after its run
         (:func:`hmdspt.parallel.worker.run_key`), so that a worker frees what an
         interrupted scatter of an ended run left behind.
+    first_wave : float, default=1.0
+        Arrays in memory: the fraction of each worker's rows sent before this returns;
+        the rest is sent in the background, one worker at a time, and returned as the
+        result's ``second_wave`` (:class:`SecondWave`), which the caller joins or
+        releases. 1: every row before this returns (other sources always).
 
     Returns
     -------
@@ -478,7 +588,7 @@ def stage(
         raise ValueError("x_key= applies to .npz paths only")
     if _is_dask(X) or _is_dask(y):
         return _stage_dask(client, X, y, counts, seed, target, dtype, skip_lost)
-    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost, key_name)
+    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost, key_name, first_wave)
 
 
 def _stage_memory(
@@ -491,6 +601,7 @@ def _stage_memory(
     dtype: np.dtype,
     skip_lost: bool = False,
     key_name: Callable[[str], str] | None = None,
+    first_wave: float = 1.0,
 ) -> StagedData:
     feature_names = None
     if isinstance(X, pd.DataFrame):
@@ -534,6 +645,23 @@ def _stage_memory(
             lost.add(worker)
 
     bounds = _bounds(counts)
+    rest: dict[str, tuple[int, int]] = {}  # the second wave's rows, by worker
+    if first_wave < 1:
+        for w, (start, stop) in list(bounds.items()):
+            cut = min(start + max(1, math.ceil(first_wave * (stop - start))), stop)
+            bounds[w] = (start, cut)
+            if cut < stop:
+                rest[w] = (cut, stop)
+
+    def shard_of(start: int, stop: int) -> Shard:
+        ids = perm[start:stop].copy()
+        rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else take_rows(X, ids)
+        return Shard(
+            X=_as_features(rows, dtype),
+            y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
+            row_ids=ids,
+        )
+
     order = sorted((w for w in bounds if w not in lost), key=lambda w: -counts[w])
     try:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hmdspt-stage") as sender:
@@ -542,22 +670,12 @@ def _stage_memory(
                     done, _ = wait_jobs(sending.values(), return_when=FIRST_COMPLETED)
                     first = next(iter(done))
                     land(next(a for a, job in sending.items() if job is first))
-                start, stop = bounds[w]
-                ids = perm[start:stop].copy()
-                if hasattr(X, "iloc"):
-                    rows = X.iloc[ids].to_numpy(dtype=dtype)
-                else:
-                    rows = take_rows(X, ids)
-                shard = Shard(
-                    X=_as_features(rows, dtype),
-                    y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
-                    row_ids=ids,
-                )
+                shard = shard_of(*bounds[w])
                 # Driver -> worker, not through the scheduler, and without tokenising
                 # (hashing) the whole shard.
                 key = None if key_name is None else key_name(w)
                 sending[w] = sender.submit(scatter_to, client, shard, w, key=key)
-                del shard, rows
+                del shard
             for w in list(sending):
                 land(w)
     except BaseException:
@@ -572,9 +690,31 @@ def _stage_memory(
         raise
     futures = {w: futures[w] for w in counts if w in futures}  # in the workers' order
     staged_counts = {w: counts[w] for w in futures}
-    return StagedData(
+    staged = StagedData(
         client, futures, staged_counts, n_features, feature_names, y is not None, seed, "memory"
     )
+    rest = {w: rest[w] for w in sorted(rest, key=lambda w: -counts[w]) if w in futures}
+    if rest:
+        # One send at a time, largest first, in a thread of its own: the driver holds one
+        # more shard while the first rounds train.
+        later = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-second-wave")
+
+        ended: dict[str, float] = {}
+
+        def send(w: str) -> Future:
+            key = None if key_name is None else key_name(w)
+            try:
+                return scatter_to(client, shard_of(*rest[w]), w, key=key)
+            finally:
+                ended[w] = time.perf_counter()
+
+        staged.second_wave = SecondWave(
+            {w: later.submit(send, w) for w in rest},
+            {w: stop - start for w, (start, stop) in rest.items()},
+            ended,
+        )
+        later.shutdown(wait=False)
+    return staged
 
 
 def _dask_blocks(client: Client, obj: Any) -> tuple[list[Future], list[int]]:

@@ -61,8 +61,10 @@ class InMemory:
         dtype: Any,
         skip_lost: bool,
         key_name: Callable[[str], str] | None,
+        first_wave: float = 1.0,
     ) -> StagedData:
-        """The rows on the workers, ``counts[worker]`` each (:func:`shards.stage`)."""
+        """The rows on the workers, ``counts[worker]`` each (:func:`shards.stage`); with
+        ``first_wave`` < 1 that fraction first, the rest as the result's ``second_wave``."""
         return shards.stage(
             client,
             self.X,
@@ -72,6 +74,7 @@ class InMemory:
             dtype=dtype,
             skip_lost=skip_lost,
             key_name=key_name,
+            first_wave=first_wave,
         )
 
     def add_rows(
@@ -162,9 +165,11 @@ class WorkerRead:
         dtype: Any,
         skip_lost: bool,
         key_name: Callable[[str], str] | None = None,
+        first_wave: float = 1.0,
     ) -> StagedData:
-        """Every worker reads its ``counts[worker]`` rows (the staging permutation's)."""
-        del key_name  # nothing is scattered: each shard is a task's result on its worker
+        """Every worker reads its ``counts[worker]`` rows (the staging permutation's), in
+        one wave whatever ``first_wave``: each reads at its own pace, from its own source."""
+        del key_name, first_wave  # nothing is scattered: each shard is a task's result
         staged = shards.stage_from(
             client,
             self.reader,

@@ -238,6 +238,11 @@ class Trainer:
             n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
         )
         self.staged: shards.StagedData | None = None
+        # Rows still on their way after round one started (config.first_wave_fraction),
+        # and each worker's rows of the first wave not yet trained.
+        self._second_wave: shards.SecondWave | None = None
+        self._first_wave_due: dict[str, int] = {}
+        self._staging_started = 0.0  # time.perf_counter() when the rows' staging began
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         # Set when the probe was skipped as unable to pay (Placement.measure_speeds).
         self.unprobed: dict[str, float] | None = None
@@ -587,11 +592,19 @@ class Trainer:
             dtype=self.model.dtype,
             skip_lost=True,
             key_name=self._shard_key,
+            first_wave=cfg.first_wave_fraction,
         )
         staging_s = time.perf_counter() - t0
-        self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
-        skipped = {"unprobed": self.unprobed} if self.unprobed else {}
-        self._log_partition(self.round_index, [], staging_s, **skipped)
+        wave, self.staged.second_wave = self.staged.second_wave, None
+        later = {} if wave is None else wave.counts
+        self._second_wave, self._staging_started = wave, t0
+        self._first_wave_due = {w: n - later.get(w, 0) for w, n in self.staged.counts.items()}
+        if wave is None:  # else once every row has landed (_take_second_wave)
+            self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
+        extra = {"unprobed": self.unprobed} if self.unprobed else {}
+        if wave is not None:
+            extra["second_wave"] = int(sum(wave.counts.values()))
+        self._log_partition(self.round_index, [], staging_s, **extra)
         lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
         if lost:
             self._recover(lost)  # raises when nobody is left
@@ -884,6 +897,44 @@ class Trainer:
     def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
         return self.rounds.spec(new_epoch, rounds_left)
 
+    def _pending_rows(self, worker: str) -> int:
+        """``worker``'s rows still on their way (the second staging wave)."""
+        return 0 if self._second_wave is None else self._second_wave.counts.get(worker, 0)
+
+    def _settle_second_wave(self, rounds_left: int) -> None:
+        """Before a round: join the second staging wave once it has landed, or now when a
+        worker's share of this round needs rows that have not (waiting for them)."""
+        wave = self._second_wave
+        if wave is None:
+            return
+        if not wave.landed():
+            due = self._first_wave_due
+            k = max(rounds_left, 1)
+            if all(-(-(due.get(w, 0) + n) // k) <= due.get(w, 0) for w, n in wave.counts.items()):
+                return
+        gone = self._take_second_wave()
+        if gone:
+            self._recover(gone)
+
+    def _take_second_wave(self) -> set[str]:
+        """Join the second staging wave into the shards (waiting for it); the workers
+        that left before their rows were one shard (to recover)."""
+        wave, self._second_wave = self._second_wave, None
+        if wave is None:
+            return set()
+        gone = shards.join_second_wave(self.staged, wave, key_name=self._shard_key)
+        if wave.ended_at is not None:  # the cost of moving rows: all, in the time they took
+            self.move_cost.observe(
+                sum(self.staged.counts.values()), wave.ended_at - self._staging_started
+            )
+        return gone
+
+    def _count_first_wave_rows(self, results: dict[str, dict]) -> None:
+        """While the second wave travels: the first wave's rows the round trained."""
+        if self._second_wave is not None:
+            for addr, res in results.items():
+                self._first_wave_due[addr] = self._first_wave_due.get(addr, 0) - res["rows"]
+
     def _round(
         self,
         epoch: int,
@@ -988,7 +1039,14 @@ class Trainer:
 
     # -------------------------------------------------------------- rebalance
     def _maybe_rebalance(self, force: bool = False, epochs_left: float | None = None) -> None:
-        """Move rows when the partition policy's plan says so (:class:`Placement`)."""
+        """Move rows when the partition policy's plan says so (:class:`Placement`); not
+        while the second staging wave travels (a worker that joined gets rows after it)."""
+        if self._second_wave is not None:
+            if not self._second_wave.landed():
+                return
+            gone = self._take_second_wave()
+            if gone:
+                self._recover(gone)
         self.placement.maybe_rebalance(force, epochs_left)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
@@ -1024,6 +1082,9 @@ class Trainer:
                 reason=reason,
             )
             self.log.close()
+        if self._second_wave is not None:  # before the run ends on the workers
+            self._second_wave.release()
+            self._second_wave = None
         if self.staged is not None:
             self.final_counts = dict(self.staged.counts)
             self.staged.release()

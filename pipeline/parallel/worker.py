@@ -1122,6 +1122,9 @@ class RoundSpec:
     quiet_workers : bool
         Quiet the worker's profiler and tick while the run is held
         (:data:`QUIET_CALLBACKS`; the fit's ``quiet_workers``).
+    pending_rows : int
+        The worker's rows still on their way (a second staging wave): they count in the
+        round's share of the due rows, which is drawn from the rows that have landed.
     """
 
     run_id: str
@@ -1145,6 +1148,7 @@ class RoundSpec:
     remember_speed: bool = False
     speed_memory_s: float = 0.0
     quiet_workers: bool = False
+    pending_rows: int = 0
 
 
 def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
@@ -1287,7 +1291,7 @@ def run_round(
     if spec.new_epoch:
         shard.done[:] = False
     due = np.flatnonzero(~shard.done)
-    quota = -(-len(due) // max(spec.rounds_left, 1))
+    quota = min(-(-(len(due) + spec.pending_rows) // max(spec.rounds_left, 1)), len(due))
     # Deterministic per shard and round, different across workers (first row id).
     first_row = int(shard.row_ids[0]) if len(shard) else 0
     rng = np.random.default_rng([spec.seed, spec.round, first_row])
@@ -1314,7 +1318,7 @@ def run_round(
         "steps": int(steps),
         "loss_sum": float(loss_sum),
         "busy_s": busy_s,
-        "due_left": int(len(due) - quota),
+        "due_left": int(len(due) - quota + spec.pending_rows),
         "bytes_out": int(payload.nbytes),
     }
     if spec.return_row_ids:

@@ -1,0 +1,168 @@
+"""Staging in two waves (``first_wave_fraction``): round one starts on each worker's first
+rows, the rest follow while the first rounds train and join them on the worker.
+
+In-process clusters: which rows a round trains, and what a lost worker or a failed fit
+leaves, is logic. The second wave is held back until a test lets it go, so that rounds
+surely train while it travels.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from hmdspt.core.config import TrainerConfig
+from hmdspt.core.nn import MLP
+from hmdspt.core.runlog import read_events
+from hmdspt.core.shard import Shard, joined_shard
+from hmdspt.parallel import shards
+from hmdspt.parallel.trainer import Trainer
+from tests.clusters import FREE_PORTS
+from tests.test_run_lifecycle import RUN_END_CLEANUP_S, _wait_until_clean
+
+N_ROWS = 4000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def held_second_wave(monkeypatch):
+    """The second wave's sends wait until the returned event is set (at most 60 s)."""
+    go = threading.Event()
+    scatter_to = shards.scatter_to
+
+    def held(*args, **kwargs):
+        if threading.current_thread().name.startswith("hmdspt-second-wave"):
+            go.wait(60)
+        return scatter_to(*args, **kwargs)
+
+    monkeypatch.setattr(shards, "scatter_to", held)
+    yield go
+    go.set()
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_ROWS, 8)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int) + (X[:, 2] > 1)
+    return X, np.eye(3, dtype=np.float32)[y]
+
+
+def _trainer(client, **config):
+    model = MLP((8, 16, 3))
+    model.initialize(np.random.RandomState(0))
+    config = {"record_row_ids": True, "partition": "equal", **config}
+    optimizer = {"solver": "adam", "learning_rate_init": 0.003}
+    return Trainer(client, model, optimizer, 32, TrainerConfig(**config))
+
+
+def test_the_joined_shard_keeps_the_first_waves_rows_done_and_every_column():
+    first = Shard(np.ones((3, 2)), np.zeros((3, 1)), np.arange(3), weights=np.ones(3))
+    first.done[[0, 2]] = True
+    second = Shard(np.zeros((2, 2)), np.ones((2, 1)), np.arange(3, 5), weights=np.full(2, 2.0))
+    shard = joined_shard(first, second)
+    assert shard.row_ids.tolist() == [0, 1, 2, 3, 4]
+    assert shard.done.tolist() == [True, False, True, False, False]
+    assert shard.X.sum() == 6 and shard.y.ravel().tolist() == [0, 0, 0, 1, 1]
+    assert shard.weights.tolist() == [1, 1, 1, 2, 2]
+
+
+def test_rounds_train_the_first_wave_while_the_rest_travels_and_every_row_once_an_epoch(
+    client, held_second_wave, tmp_path
+):
+    X, Y = _data()
+    log = tmp_path / "waves.jsonl"
+    trainer = _trainer(client, rounds_per_epoch=8, first_wave_fraction=0.5, run_log=str(log))
+    first_rounds = []
+
+    def on_round(record):
+        if record.round <= 2:  # the rest is held back until round two has ended
+            first_rounds.append(trainer._pending_rows(next(iter(trainer.staged.futures))))
+        if record.round == 2:
+            held_second_wave.set()
+
+    trainer.fit(X, Y, max_epochs=2, on_round=on_round)
+    events = read_events(log)
+    (staging,) = [e for e in events if e["event"] == "partition" and e["round"] == 0]
+    first_wave = sum(-(-n // 2) for n in staging["rows"].values())
+    assert staging["second_wave"] == N_ROWS - first_wave
+    assert all(pending > 0 for pending in first_rounds) and len(first_rounds) == 2
+    # Each round of the first two drew its share of all the worker's rows (an eighth),
+    # from the half that had landed.
+    rounds = [e for e in events if e["event"] == "round"]
+    for r in rounds[:2]:
+        for name, w in r["workers"].items():
+            assert (
+                w["rows"] == -(-staging["rows"][name] // 8)
+                or w["rows"] >= staging["rows"][name] // 8
+            ), (name, w, staging["rows"])
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
+    assert sum(trainer.final_counts.values()) == N_ROWS
+    assert events[-1]["status"] == "completed"
+
+
+def test_one_wave_when_the_fraction_is_one(client, tmp_path):
+    X, Y = _data()
+    log = tmp_path / "one.jsonl"
+    trainer = _trainer(client, rounds_per_epoch=4, first_wave_fraction=1.0, run_log=str(log))
+    trainer.fit(X, Y, max_epochs=1)
+    (staging,) = [e for e in read_events(log) if e["event"] == "partition" and e["round"] == 0]
+    assert "second_wave" not in staging
+    assert (trainer.rows_seen[1] == 1).all()
+
+
+def test_a_worker_lost_while_its_second_wave_travels_loses_no_row(held_second_wave, tmp_path):
+    X, Y = _data()
+    log = tmp_path / "lost.jsonl"
+    lost = []
+    with (  # a cluster of its own: it ends with a worker fewer
+        LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        trainer = _trainer(client, rounds_per_epoch=8, first_wave_fraction=0.25, run_log=str(log))
+
+        def on_round(record):
+            if record.round == 1:  # close a worker whose rest is still held back
+                victim = sorted(trainer.staged.futures)[-1]
+                (worker,) = [w for w in cluster.workers.values() if w.address == victim]
+                lost.append(trainer._names[victim])
+                cluster.sync(worker.close)
+                held_second_wave.set()
+
+        trainer.fit(X, Y, max_epochs=2, on_round=on_round)
+    events = read_events(log)
+    assert [e["worker"] for e in events if e["event"] == "worker_lost"] == lost
+    assert events[-1]["status"] == "completed"
+    # Every row at least once in the epoch of the loss, exactly once in the next.
+    assert (trainer.rows_seen[1] >= 1).all()
+    assert (trainer.rows_seen[2] == 1).all()
+    assert sum(trainer.final_counts.values()) == N_ROWS
+
+
+def test_a_fit_that_fails_while_the_second_wave_travels_leaves_nothing_on_the_workers(
+    cluster, client, held_second_wave
+):
+    X, Y = _data()
+    trainer = _trainer(client, rounds_per_epoch=8, first_wave_fraction=0.25)
+
+    def on_round(record):
+        held_second_wave.set()  # the rest lands while the fit fails
+        raise RuntimeError("the caller's callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        trainer.fit(X, Y, max_epochs=1, on_round=on_round)
+    assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
