@@ -1,9 +1,10 @@
 """Staging in two waves (``first_wave_fraction``): round one starts on each worker's first
 rows, the rest follow while the first rounds train and join them on the worker.
 
-In-process clusters: which rows a round trains, and what a lost worker or a failed fit
-leaves, is logic. The second wave is held back until a test lets it go, so that rounds
-surely train while it travels.
+In-process clusters (the suite's two-worker one, and one of three that loses a worker):
+which rows a round trains, and what a lost worker or a failed fit leaves, is logic. The
+second wave is held back until a test lets it go, so that rounds surely train while it
+travels.
 """
 
 from __future__ import annotations
@@ -24,18 +25,6 @@ from tests.clusters import FREE_PORTS
 from tests.test_run_lifecycle import RUN_END_CLEANUP_S, _wait_until_clean
 
 N_ROWS = 4000
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, **FREE_PORTS) as c:
-        yield c
-
-
-@pytest.fixture
-def client(cluster):
-    with Client(cluster) as c:
-        yield c
 
 
 @pytest.fixture
@@ -154,7 +143,7 @@ def test_a_worker_lost_while_its_second_wave_travels_loses_no_row(held_second_wa
 
 
 def test_a_fit_that_fails_while_the_second_wave_travels_leaves_nothing_on_the_workers(
-    cluster, client, held_second_wave
+    client, held_second_wave
 ):
     X, Y = _data()
     trainer = _trainer(client, rounds_per_epoch=8, first_wave_fraction=0.25)
@@ -165,4 +154,4 @@ def test_a_fit_that_fails_while_the_second_wave_travels_leaves_nothing_on_the_wo
 
     with pytest.raises(RuntimeError, match="callback failed"):
         trainer.fit(X, Y, max_epochs=1, on_round=on_round)
-    assert _wait_until_clean(cluster, RUN_END_CLEANUP_S) == {}
+    assert _wait_until_clean(client.cluster, RUN_END_CLEANUP_S) == {}
