@@ -18,7 +18,6 @@ from distributed import Client, LocalCluster
 from hmdspt.core.config import TrainerConfig
 from hmdspt.core.nn import MLP
 from hmdspt.core.runlog import read_events
-from hmdspt.core.shard import Shard, joined_shard
 from hmdspt.parallel import shards
 from hmdspt.parallel.trainer import Trainer
 from tests.clusters import FREE_PORTS
@@ -56,17 +55,6 @@ def _trainer(client, **config):
     config = {"record_row_ids": True, "partition": "equal", **config}
     optimizer = {"solver": "adam", "learning_rate_init": 0.003}
     return Trainer(client, model, optimizer, 32, TrainerConfig(**config))
-
-
-def test_the_joined_shard_keeps_the_first_waves_rows_done_and_every_column():
-    first = Shard(np.ones((3, 2)), np.zeros((3, 1)), np.arange(3), weights=np.ones(3))
-    first.done[[0, 2]] = True
-    second = Shard(np.zeros((2, 2)), np.ones((2, 1)), np.arange(3, 5), weights=np.full(2, 2.0))
-    shard = joined_shard(first, second)
-    assert shard.row_ids.tolist() == [0, 1, 2, 3, 4]
-    assert shard.done.tolist() == [True, False, True, False, False]
-    assert shard.X.sum() == 6 and shard.y.ravel().tolist() == [0, 0, 0, 1, 1]
-    assert shard.weights.tolist() == [1, 1, 1, 2, 2]
 
 
 def test_rounds_train_the_first_wave_while_the_rest_travels_and_every_row_once_an_epoch(

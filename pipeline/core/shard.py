@@ -32,7 +32,6 @@ __all__ = [
     "Shard",
     "as_rows",
     "first_non_finite",
-    "joined_shard",
     "take_rows",
 ]
 
@@ -101,18 +100,6 @@ class Shard:
         # would see a ~50-byte object and its memory accounting and transfer byte
         # counters would ignore the arrays.
         return object.__sizeof__(self) + self.nbytes
-
-
-def joined_shard(first: Shard, second: Shard) -> Shard:
-    """A worker's two staging waves as one shard, the first's rows first; the first
-    wave's rows trained this epoch stay marked done."""
-    return Shard(
-        X=np.concatenate([first.X, second.X]),
-        y=None if first.y is None else np.concatenate([first.y, second.y]),
-        row_ids=np.concatenate([first.row_ids, second.row_ids]),
-        done=np.concatenate([first.done, np.zeros(len(second), dtype=bool)]),
-        weights=None if first.weights is None else np.concatenate([first.weights, second.weights]),
-    )
 
 
 def _shard_ids(seed: int, n_rows: int, start: int, stop: int) -> np.ndarray:

@@ -28,9 +28,9 @@ from hmdspt.core.shard import (
     take_rows,
 )
 from hmdspt.parallel.client import WorkerLostError, _cluster_workers, _wait_ok, scatter_to
-from hmdspt.parallel.shards import StagedData
+from hmdspt.parallel.shards import SecondWave, StagedData, _wait_shards
 
-__all__ = ["add_rows", "drop_workers", "held_row_ids", "rebalance"]
+__all__ = ["add_rows", "drop_workers", "held_row_ids", "join_second_wave", "rebalance"]
 
 
 def rebalance(client: Client, staged: StagedData, moves: Iterable[Any]) -> StagedData:
@@ -151,6 +151,30 @@ def append_piece(client: Client, base: Future | None, piece: Future, worker: str
     return client.submit(
         _concat_shards, base, piece, workers=[worker], allow_other_workers=False, pure=False
     )
+
+
+def join_second_wave(staged: StagedData, wave: SecondWave) -> set[str]:
+    """Append each worker's second staging wave to its shard, on the worker, in ``staged``.
+
+    Waits for the wave first. The first wave's rows keep their ``done`` marks; the second
+    wave's arrive not done. Returns the workers of ``staged`` that left before their rows
+    were one shard: ``staged`` still lists their first wave, and the caller recovers
+    their rows.
+    """
+    landed, lost = wave.take()
+    merged: dict[str, Future] = {}
+    try:
+        for worker, piece in landed.items():
+            if worker in staged.futures:
+                merged[worker] = append_piece(staged.client, staged.futures[worker], piece, worker)
+        merged = _wait_shards(merged, skip_lost=True)
+    finally:
+        for piece in landed.values():
+            piece.release()
+    for worker, fut in merged.items():
+        staged.futures[worker].release()
+        staged.futures[worker] = fut
+    return {w for w in (set(landed) | lost) - set(merged) if w in staged.futures}
 
 
 def add_rows(

@@ -61,7 +61,6 @@ from hmdspt.core.shard import (
     _shard_non_finite,
     _unique_labels,
     as_rows,
-    joined_shard,
     take_rows,
 )
 from hmdspt.parallel.client import (
@@ -101,7 +100,6 @@ __all__ = [
     "SourceReader",
     "StagedData",
     "equal_counts",
-    "join_second_wave",
     "stage",
     "stage_from",
 ]
@@ -335,39 +333,6 @@ class StagedData:
             fut.release()
         self.futures = {}
         self.counts = {}
-
-
-def join_second_wave(
-    staged: StagedData, wave: SecondWave, key_name: Callable[[str], str] | None = None
-) -> set[str]:
-    """Make each worker's two staging waves one shard, on the worker, in ``staged``.
-
-    Waits for the second wave first. Returns the workers of ``staged`` that left before
-    their rows were one shard: ``staged`` still lists their first wave, and the caller
-    recovers their rows. ``key_name`` names the joined shards' keys, as :func:`stage`'s.
-    """
-    landed, lost = wave.take()
-    joined: dict[str, Future] = {}
-    try:
-        for w, second in landed.items():
-            if w in staged.futures:
-                joined[w] = staged.client.submit(
-                    joined_shard,
-                    staged.futures[w],
-                    second,
-                    key=None if key_name is None else key_name(w),
-                    workers=[w],
-                    allow_other_workers=False,
-                    pure=False,
-                )
-        joined = _wait_shards(joined, skip_lost=True)
-    finally:
-        for fut in landed.values():
-            fut.release()
-    for w, fut in joined.items():
-        staged.futures[w].release()
-        staged.futures[w] = fut
-    return {w for w in (set(landed) | lost) - set(joined) if w in staged.futures}
 
 
 def equal_counts(n_rows: int, workers: Sequence[str]) -> dict[str, int]:

@@ -66,6 +66,7 @@ from hmdspt.parallel.lifecycle import (
 )
 from hmdspt.parallel.membership import Membership
 from hmdspt.parallel.placement import Placement
+from hmdspt.parallel.rebalance import join_second_wave
 from hmdspt.parallel.recovery import Recovery
 from hmdspt.parallel.rounds import RoundRecord, RoundRunner, TrainingError
 from hmdspt.parallel.sources import InMemory, WorkerRead
@@ -922,7 +923,7 @@ class Trainer:
         wave, self._second_wave = self._second_wave, None
         if wave is None:
             return set()
-        gone = shards.join_second_wave(self.staged, wave, key_name=self._shard_key)
+        gone = join_second_wave(self.staged, wave)
         if wave.ended_at is not None:  # the cost of moving rows: all, in the time they took
             self.move_cost.observe(
                 sum(self.staged.counts.values()), wave.ended_at - self._staging_started
