@@ -913,6 +913,11 @@ class Trainer:
             k = max(rounds_left, 1)
             if all(-(-(due.get(w, 0) + n) // k) <= due.get(w, 0) for w, n in wave.counts.items()):
                 return
+        self._join_second_wave()
+
+    def _join_second_wave(self) -> None:
+        """Join the second staging wave (:meth:`_take_second_wave`) and recover the
+        workers that left before their rows were one shard."""
         gone = self._take_second_wave()
         if gone:
             self._recover(gone)
@@ -1045,9 +1050,7 @@ class Trainer:
         if self._second_wave is not None:
             if not self._second_wave.landed():
                 return
-            gone = self._take_second_wave()
-            if gone:
-                self._recover(gone)
+            self._join_second_wave()
         self.placement.maybe_rebalance(force, epochs_left)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
