@@ -26,14 +26,7 @@ class DataError(ValueError):
     for bad input; a fit raises it as it is, not as a failure of the cluster."""
 
 
-__all__ = [
-    "DataError",
-    "LabelColumns",
-    "Shard",
-    "as_rows",
-    "first_non_finite",
-    "take_rows",
-]
+__all__ = ["DataError", "LabelColumns", "Shard", "as_rows", "first_non_finite", "take_rows"]
 
 
 @dataclass(eq=False)
