@@ -14,10 +14,11 @@ from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 
 from hmdspt.core.nn import MLP
+from hmdspt.core.rounds import ramp_length, round_schedule
 from hmdspt.core.runlog import read_events
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import local_cluster
-from hmdspt.parallel.trainer import Trainer, TrainerConfig, ramp_length, round_schedule
+from hmdspt.parallel.trainer import Trainer, TrainerConfig
 from hmdspt.parallel.worker import (
     MIN_REMEMBERED_BUSY_S,
     forget_speeds,

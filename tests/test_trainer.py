@@ -559,7 +559,7 @@ def test_predict_on_a_dask_array_is_a_dask_array_computed_blockwise(client, data
 
 
 def test_round_schedule_ramps_up_and_ends_every_epoch_with_one_round_left():
-    from hmdspt.parallel.trainer import round_schedule
+    from hmdspt.core.rounds import round_schedule
 
     assert round_schedule(1) == [1]
     assert round_schedule(3) == [3, 2, 1]

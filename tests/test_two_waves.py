@@ -67,7 +67,7 @@ def test_rounds_train_the_first_wave_while_the_rest_travels_and_every_row_once_a
 
     def on_round(record):
         if record.round <= 2:  # the rest is held back until round two has ended
-            first_rounds.append(trainer._pending_rows(next(iter(trainer.staged.futures))))
+            first_rounds.append(trainer.waves.pending_rows(next(iter(trainer.staged.futures))))
         if record.round == 2:
             held_second_wave.set()
 

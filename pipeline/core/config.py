@@ -68,12 +68,12 @@ class TrainerConfig:
     ramp_rounds : int
         ``sync="hmdspt"``, a fresh fit: the first epoch starts with at least this many
         short rounds, each twice the rows of the one before (see
-        :func:`hmdspt.parallel.trainer.round_schedule`), unless a regular round is
+        :func:`hmdspt.core.rounds.round_schedule`), unless a regular round is
         predicted shorter than ``2 * ramp_first_round_s`` (then none:
-        :func:`hmdspt.parallel.trainer.ramp_length`); 0 turns the ramp off.
+        :func:`hmdspt.core.rounds.ramp_length`); 0 turns the ramp off.
     ramp_first_round_s : float
         More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
-        than this many seconds of compute (:func:`hmdspt.parallel.trainer.ramp_length`).
+        than this many seconds of compute (:func:`hmdspt.core.rounds.ramp_length`).
         About twice a round's synchronisation: in shorter rounds synchronisation and
         per-round jitter decide the idle time (docs/design.md, "Round loop"). The round's length is
         predicted from the measured speeds (probe or memory); equal shares, which are not

@@ -19,6 +19,8 @@ __all__ = [
     "MAX_LOCAL_STEPS",
     "SYNC_BUDGET",
     "RoundSize",
+    "ramp_length",
+    "round_schedule",
     "size_rounds",
 ]
 
@@ -156,3 +158,72 @@ def size_rounds(
     round_s = compute_s / k + overhead_s
     fraction = overhead_s / round_s if round_s > 0 else 0.0
     return RoundSize(k, fraction, bound)
+
+
+def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
+    """Ramp rounds before regular rounds of ``round_s`` seconds (see
+    :class:`hmdspt.core.config.TrainerConfig`).
+
+    No ramp (0) when a regular round is shorter than ``2 * first_round_s``: its halves would be
+    shorter than a round's synchronisation allows, so a ramp costs time and buys nothing
+    (docs/design.md, "Round loop"). Otherwise at least ``min_rounds`` (0: no ramp), more
+    while the first ramp round, ``1 / 2**k`` of a regular round, would be longer than
+    ``first_round_s``, at most ``max_rounds``.
+
+    >>> ramp_length(1.3, 0.05, 3, 5), ramp_length(0.3, 0.05, 3, 5), ramp_length(0.09, 0.05, 3, 5)
+    (5, 3, 0)
+    """
+    if not (round_s >= 0 and first_round_s > 0 and 0 <= min_rounds <= max_rounds):
+        raise ValueError(
+            f"need round_s >= 0, first_round_s > 0 and 0 <= min_rounds <= max_rounds, got "
+            f"{round_s}, {first_round_s}, {min_rounds}, {max_rounds}"
+        )
+    if min_rounds == 0 or round_s < 2 * first_round_s:
+        return 0
+    needed = math.ceil(math.log2(round_s / first_round_s))
+    return min(max_rounds, max(min_rounds, needed))
+
+
+def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
+    """The ``rounds_left`` of each round of an epoch (``RoundSpec.rounds_left`` in
+    :mod:`hmdspt.parallel.worker`).
+
+    A worker processes ``ceil(due / rounds_left)`` of the rows it has not yet processed
+    this epoch, so any schedule ending in 1 processes every row exactly once. A regular
+    epoch is ``[R, R - 1, ..., 1]``: ``R`` equal rounds. A ramp puts ``ramp_rounds``
+    short rounds first, ``R * 2**k`` for ``k = ramp_rounds, ..., 1``: the first holds
+    ``1 / 2**ramp_rounds`` of a regular round's rows and each next one about twice as many.
+
+    Why a ramp: the first rounds after the warm start are where local models drift
+    apart fastest (the loss falls steeply), so merging early and often keeps them
+    together, as in post-local SGD (Lin et al., ICLR 2020) and the growing
+    synchronisation periods of Haddadpour et al. (NeurIPS 2019). It also gives the
+    online scorer real round timings, and the user a first validation score, after a
+    fraction of a round instead of a whole one. It costs ``ramp_rounds`` extra
+    synchronisations once per fit.
+
+    Parameters
+    ----------
+    rounds_per_epoch : int
+        Regular rounds of the epoch, ``R >= 1``.
+    ramp_rounds : int, default=0
+        Short rounds before them.
+
+    Returns
+    -------
+    schedule : list of int
+
+    Examples
+    --------
+    >>> round_schedule(2)
+    [2, 1]
+    >>> round_schedule(1, ramp_rounds=3)
+    [8, 4, 2, 1]
+    """
+    if rounds_per_epoch < 1 or ramp_rounds < 0:
+        raise ValueError(
+            f"need rounds_per_epoch >= 1 and ramp_rounds >= 0, got {rounds_per_epoch}, "
+            f"{ramp_rounds}"
+        )
+    ramp = [rounds_per_epoch * 2**k for k in range(ramp_rounds, 0, -1)]
+    return ramp + list(range(rounds_per_epoch, 0, -1))

@@ -83,7 +83,7 @@ class SyncStrategy:
         Run the warm-start pilot fit on the driver before round one (fresh fits).
     ramps : bool
         Open a fresh fit's first epoch with short ramp rounds
-        (:func:`hmdspt.parallel.trainer.round_schedule`).
+        (:func:`hmdspt.core.rounds.round_schedule`).
     remembers_speed : bool
         A worker's rows per busy second in this strategy's rounds are those the probe
         measures (local mini-batch steps), so its regular rounds may be remembered as the

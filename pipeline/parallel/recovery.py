@@ -54,7 +54,7 @@ class Recovery:
         """Drop lost workers; re-stage their rows from the source onto the survivors."""
         t = self.trainer
         # The rows still on their way are not missing: join them first.
-        lost = set(lost) | t._take_second_wave()
+        lost = set(lost) | t.waves.take()
         for addr in sorted(lost):
             t._log(
                 "worker_lost",

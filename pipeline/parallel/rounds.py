@@ -105,14 +105,14 @@ class RoundRunner:
         t = self.trainer
         t.round_index += 1
         t._sync_membership()
-        t._settle_second_wave(rounds_left)
+        t.waves.settle(rounds_left)
         spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
         results, arrived, lost = self._call_workers(spec, start)
         if not results:
             t._recover(lost)  # raises when nobody is left; else the round is retried
             return t._round(epoch, new_epoch, rounds_left, evaluate, epoch_end)
-        t._flush_score()  # the last round's score, computed while this one trained
+        t.scores.flush()  # the last round's score, computed while this one trained
         merge_start = time.perf_counter()
         t._apply(results)
         merge_s = time.perf_counter() - merge_start
@@ -157,7 +157,7 @@ class RoundRunner:
             for res in results.values():
                 np.add.at(seen, res["row_ids"], 1)
                 t.weights_seen.append((res["row_ids"], res["weight"]))
-        t._count_first_wave_rows(results)
+        t.waves.count_trained(results)
         t.history.append(record)
         fields = dict(
             round=record.round,
@@ -170,7 +170,7 @@ class RoundRunner:
         )
         # With a worker lost, catch-up rounds end the epoch (see fit). An epoch's last
         # round is scored before the epoch ends; the others while the next round trains.
-        t._score_round(
+        t.scores.score_round(
             record,
             fields,
             evaluate,
@@ -249,7 +249,7 @@ class RoundRunner:
                     "params": t.model.params,
                     # Rows on their way count in the worker's share of the due rows.
                     "spec": replace(spec, pending_rows=pending)
-                    if (pending := t._pending_rows(addr))
+                    if (pending := t.waves.pending_rows(addr))
                     else spec,
                 }
                 for addr in to_call

@@ -28,13 +28,10 @@ worker returns and how the driver combines it:
 from __future__ import annotations
 
 import functools
-import math
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future as ThreadFuture
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +48,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
+from hmdspt.core.rounds import ramp_length, round_schedule
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -58,6 +56,7 @@ from hmdspt.parallel import shards
 from hmdspt.parallel.checkpoints import checkpoint_to_state, fingerprint, state_to_checkpoint
 from hmdspt.parallel.client import blas_limit_for_own_workers, scheduler_workers
 from hmdspt.parallel.forecast import Forecast
+from hmdspt.parallel.heldout import CallerError, RoundScores
 from hmdspt.parallel.lifecycle import (
     InterruptWatch,
     close_run,
@@ -66,10 +65,10 @@ from hmdspt.parallel.lifecycle import (
 )
 from hmdspt.parallel.membership import Membership
 from hmdspt.parallel.placement import Placement
-from hmdspt.parallel.rebalance import join_second_wave
 from hmdspt.parallel.recovery import Recovery
 from hmdspt.parallel.rounds import RoundRecord, RoundRunner, TrainingError
 from hmdspt.parallel.sources import InMemory, WorkerRead
+from hmdspt.parallel.waves import StagingWaves
 from hmdspt.parallel.worker import RoundSpec, run_key
 
 __all__ = [
@@ -78,89 +77,11 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "TrainingError",
-    "ramp_length",
-    "round_schedule",
 ]
-
-
-def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_rounds: int) -> int:
-    """Ramp rounds before regular rounds of ``round_s`` seconds (see :class:`TrainerConfig`).
-
-    No ramp (0) when a regular round is shorter than ``2 * first_round_s``: its halves would be
-    shorter than a round's synchronisation allows, so a ramp costs time and buys nothing
-    (docs/design.md, "Round loop"). Otherwise at least ``min_rounds`` (0: no ramp), more
-    while the first ramp round, ``1 / 2**k`` of a regular round, would be longer than
-    ``first_round_s``, at most ``max_rounds``.
-
-    >>> ramp_length(1.3, 0.05, 3, 5), ramp_length(0.3, 0.05, 3, 5), ramp_length(0.09, 0.05, 3, 5)
-    (5, 3, 0)
-    """
-    if not (round_s >= 0 and first_round_s > 0 and 0 <= min_rounds <= max_rounds):
-        raise ValueError(
-            f"need round_s >= 0, first_round_s > 0 and 0 <= min_rounds <= max_rounds, got "
-            f"{round_s}, {first_round_s}, {min_rounds}, {max_rounds}"
-        )
-    if min_rounds == 0 or round_s < 2 * first_round_s:
-        return 0
-    needed = math.ceil(math.log2(round_s / first_round_s))
-    return min(max_rounds, max(min_rounds, needed))
-
-
-def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:
-    """The ``rounds_left`` of each round of an epoch (see :class:`RoundSpec`).
-
-    A worker processes ``ceil(due / rounds_left)`` of the rows it has not yet processed
-    this epoch, so any schedule ending in 1 processes every row exactly once. A regular
-    epoch is ``[R, R - 1, ..., 1]``: ``R`` equal rounds. A ramp puts ``ramp_rounds``
-    short rounds first, ``R * 2**k`` for ``k = ramp_rounds, ..., 1``: the first holds
-    ``1 / 2**ramp_rounds`` of a regular round's rows and each next one about twice as many.
-
-    Why a ramp: the first rounds after the warm start are where local models drift
-    apart fastest (the loss falls steeply), so merging early and often keeps them
-    together, as in post-local SGD (Lin et al., ICLR 2020) and the growing
-    synchronisation periods of Haddadpour et al. (NeurIPS 2019). It also gives the
-    online scorer real round timings, and the user a first validation score, after a
-    fraction of a round instead of a whole one. It costs ``ramp_rounds`` extra
-    synchronisations once per fit.
-
-    Parameters
-    ----------
-    rounds_per_epoch : int
-        Regular rounds of the epoch, ``R >= 1``.
-    ramp_rounds : int, default=0
-        Short rounds before them.
-
-    Returns
-    -------
-    schedule : list of int
-
-    Examples
-    --------
-    >>> round_schedule(2)
-    [2, 1]
-    >>> round_schedule(1, ramp_rounds=3)
-    [8, 4, 2, 1]
-    """
-    if rounds_per_epoch < 1 or ramp_rounds < 0:
-        raise ValueError(
-            f"need rounds_per_epoch >= 1 and ramp_rounds >= 0, got {rounds_per_epoch}, "
-            f"{ramp_rounds}"
-        )
-    ramp = [rounds_per_epoch * 2**k for k in range(ramp_rounds, 0, -1)]
-    return ramp + list(range(rounds_per_epoch, 0, -1))
 
 
 #: The run_end reason of a fit the user interrupted.
 _INTERRUPTED = "interrupted (KeyboardInterrupt)"
-
-
-class _CallerError(Exception):
-    """What the caller's ``on_round`` raised, carried out of the loop to be raised as it is
-    (not as a :class:`TrainingError`: the caller's code, the caller's exception)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(error)
-        self.error = error
 
 
 def _raised_by_an_interrupt(exc: BaseException) -> bool:
@@ -239,11 +160,6 @@ class Trainer:
             n_params=model.n_params, dtype=model.dtype, **self.optimizer_kwargs
         )
         self.staged: shards.StagedData | None = None
-        # Rows still on their way after round one started (config.first_wave_fraction),
-        # and each worker's rows of the first wave not yet trained.
-        self._second_wave: shards.SecondWave | None = None
-        self._first_wave_due: dict[str, int] = {}
-        self._staging_started = 0.0  # time.perf_counter() when the rows' staging began
         self._pilot_speed: float | None = None  # rows per second of the warm-start pilot
         # Set when the probe was skipped as unable to pay (Placement.measure_speeds).
         self.unprobed: dict[str, float] | None = None
@@ -257,13 +173,6 @@ class Trainer:
         self.rows_seen: dict[int, np.ndarray] = {}
         # With record_row_ids: (row ids, sum of their sample weights) per worker and round.
         self.weights_seen: list[tuple[np.ndarray, float]] = []
-        self._last_eval = -np.inf  # training seconds at the last evaluation
-        self._eval_s = 0.0  # seconds the loop waited on evaluate, not counted as training
-        # A round's held-out score computed while the next round trains: its round event
-        # and on_round wait for it (see _score_round).
-        self._pending_score: tuple[ThreadFuture, RoundRecord, dict[str, Any]] | None = None
-        self._score_pool: ThreadPoolExecutor | None = None
-        self._on_score: Callable[[float, float], None] | None = None
         self.active: set[str] = set()  # registered workers believed alive
         self._disturbed_epochs: set[int] = set()  # epochs in which rows were re-staged
         self._restaged_rows: Counter[int] = Counter()  # epoch -> rows re-staged during it
@@ -287,13 +196,15 @@ class Trainer:
         self._restored_extra: tuple[dict, dict] = ({}, {})  # checkpoint_extra's, restored
         self._resumed = False  # whether a state was restored (load_state_dict)
         self._checkpoint_extra: Callable[[], dict] | None = None
-        self._on_round: Callable[[RoundRecord], None] | None = None
         # The fit's collaborators: they act on this trainer's state and hold none.
         self.membership = Membership(client)  # open while fit runs
         self.rounds = RoundRunner(self)
         self.recovery = Recovery(self)
         self.placement = Placement(self)
         self.forecast = Forecast(self)
+        # Rows still on their way after round one started (config.first_wave_fraction).
+        self.waves = StagingWaves(self)
+        self.scores = RoundScores(self)  # held-out scores, and the rounds' events after them
 
     # ------------------------------------------------------------------ set-up
     def _workers(self) -> dict[str, dict]:
@@ -365,7 +276,7 @@ class Trainer:
         return run_key(self.run_id, self.client.id, "shard")
 
     def _log(self, event: str, **fields: Any) -> None:
-        self._flush_score()  # a round scored in the background is logged first
+        self.scores.flush()  # a round scored in the background is logged first
         if self.log is not None:
             getattr(self.log, event)(**fields)
 
@@ -463,8 +374,8 @@ class Trainer:
         source = X if isinstance(X, (InMemory, WorkerRead)) else InMemory(X, Y)
         n_rows = self.n_rows = source.n_rows
         self._checkpoint_extra = checkpoint_extra
-        self._on_round = on_round
-        self._on_score = on_score
+        self.scores.on_round = on_round
+        self.scores.on_score = on_score
         if cfg.resume:
             # Before the log and the cluster: a mismatch is reported as itself.
             self._resume()
@@ -500,7 +411,7 @@ class Trainer:
         except KeyboardInterrupt:
             status, reason = "stopped", _INTERRUPTED
             raise
-        except _CallerError as exc:
+        except CallerError as exc:
             reason = f"on_round raised {type(exc.error).__name__}: {exc.error}"
             raise exc.error from None
         except Exception as exc:
@@ -596,15 +507,12 @@ class Trainer:
             first_wave=cfg.first_wave_fraction,
         )
         staging_s = time.perf_counter() - t0
-        wave, self.staged.second_wave = self.staged.second_wave, None
-        later = {} if wave is None else wave.counts
-        self._second_wave, self._staging_started = wave, t0
-        self._first_wave_due = {w: n - later.get(w, 0) for w, n in self.staged.counts.items()}
-        if wave is None:  # else once every row has landed (_take_second_wave)
+        later = self.waves.begin(t0)
+        if not later:  # else once every row has landed (StagingWaves.take)
             self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
         extra = {"unprobed": self.unprobed} if self.unprobed else {}
-        if wave is not None:
-            extra["second_wave"] = int(sum(wave.counts.values()))
+        if later:
+            extra["second_wave"] = later
         self._log_partition(self.round_index, [], staging_s, **extra)
         lost = {a for a, n in counts.items() if n} - set(self.staged.counts)
         if lost:
@@ -652,9 +560,9 @@ class Trainer:
         pilot_score = None
         if evaluate is not None:
             trained_s = self.training_seconds()
-            pilot_score = self._timed(lambda: evaluate(self.model.params.copy()))
-            if self._on_score is not None:
-                self._on_score(trained_s, pilot_score)
+            pilot_score = self.scores.timed(lambda: evaluate(self.model.params.copy()))
+            if self.scores.on_score is not None:
+                self.scores.on_score(trained_s, pilot_score)
         if self.log is not None:
             self.log.warm_start(len(X_pilot), cfg.warm_start_epochs, t_pilot, pilot_score)
 
@@ -746,7 +654,7 @@ class Trainer:
         if duplicates < 0 or (duplicates and epoch not in self._disturbed_epochs):
             raise TrainingError(f"epoch {epoch} processed {rows} rows, expected {self.n_rows}")
         mean_loss = loss_sum / rows
-        self._flush_score()
+        self.scores.flush()
         if self.log is not None:
             self.log.write(
                 "epoch",
@@ -870,7 +778,7 @@ class Trainer:
         self._epoch, self._epoch_complete = epoch, epoch_complete
         if not self.config.checkpoint_dir:
             return None
-        self._flush_score()  # the rounds before it are logged (and scored) before it
+        self.scores.flush()  # the rounds before it are logged (and scored) before it
         arrays, meta = state_to_checkpoint(self.state_dict())
         path = save_checkpoint(self.config.checkpoint_dir, arrays, meta)
         self._log(
@@ -898,49 +806,6 @@ class Trainer:
     def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
         return self.rounds.spec(new_epoch, rounds_left)
 
-    def _pending_rows(self, worker: str) -> int:
-        """``worker``'s rows still on their way (the second staging wave)."""
-        return 0 if self._second_wave is None else self._second_wave.counts.get(worker, 0)
-
-    def _settle_second_wave(self, rounds_left: int) -> None:
-        """Before a round: join the second staging wave once it has landed, or now when a
-        worker's share of this round needs rows that have not (waiting for them)."""
-        wave = self._second_wave
-        if wave is None:
-            return
-        if not wave.landed():
-            due = self._first_wave_due
-            k = max(rounds_left, 1)
-            if all(-(-(due.get(w, 0) + n) // k) <= due.get(w, 0) for w, n in wave.counts.items()):
-                return
-        self._join_second_wave()
-
-    def _join_second_wave(self) -> None:
-        """Join the second staging wave (:meth:`_take_second_wave`) and recover the
-        workers that left before their rows were one shard."""
-        gone = self._take_second_wave()
-        if gone:
-            self._recover(gone)
-
-    def _take_second_wave(self) -> set[str]:
-        """Join the second staging wave into the shards (waiting for it); the workers
-        that left before their rows were one shard (to recover)."""
-        wave, self._second_wave = self._second_wave, None
-        if wave is None:
-            return set()
-        gone = join_second_wave(self.staged, wave)
-        if wave.ended_at is not None:  # the cost of moving rows: all, in the time they took
-            self.move_cost.observe(
-                sum(self.staged.counts.values()), wave.ended_at - self._staging_started
-            )
-        return gone
-
-    def _count_first_wave_rows(self, results: dict[str, dict]) -> None:
-        """While the second wave travels: the first wave's rows the round trained."""
-        if self._second_wave is not None:
-            for addr, res in results.items():
-                self._first_wave_due[addr] = self._first_wave_due.get(addr, 0) - res["rows"]
-
     def _round(
         self,
         epoch: int,
@@ -955,78 +820,12 @@ class Trainer:
     def training_seconds(self) -> float:
         """Seconds since the user's call (see :meth:`fit`), less the time the loop waited on
         ``evaluate``."""
-        return time.perf_counter() - self._called_at - self._eval_s
+        return time.perf_counter() - self._called_at - self.scores.waited_s
 
     def _out_of_time(self) -> bool:
         """Whether the time budget is spent (checked before a round, which then is last)."""
         limit = self.config.max_seconds
         return limit is not None and self.training_seconds() >= limit
-
-    def _timed(self, evaluate: Callable[[], float]) -> float:
-        start = time.perf_counter()
-        try:
-            return float(evaluate())
-        finally:
-            self._eval_s += time.perf_counter() - start
-
-    def _score_round(
-        self,
-        record: RoundRecord,
-        fields: dict[str, Any],
-        evaluate: Callable[[np.ndarray], float] | None,
-        force: bool,
-        overlap: bool,
-    ) -> None:
-        """Score the round just merged when it is due, then log it and call ``on_round``.
-
-        Due: always when ``force`` (an epoch's end), else when the training seconds since
-        the last score are at least ``eval_resolution`` of those so far. With ``overlap``
-        the score is computed in a background thread on a copy of the parameters while
-        the next round trains (:meth:`_flush_score` collects it): scoring 40,000 rows on
-        the driver took about as long as a round's synchronisation, with the workers idle.
-        """
-        self._flush_score()  # one pending at most, logged in round order
-        record.training_s = self.training_seconds()
-        due = evaluate is not None and (
-            force
-            or record.training_s - self._last_eval
-            >= self.config.eval_resolution * record.training_s
-        )
-        if not due:
-            self._write_round(record, fields)
-            return
-        self._last_eval = record.training_s
-        params = self.model.params.copy()
-        if overlap:
-            if self._score_pool is None:
-                self._score_pool = ThreadPoolExecutor(1, thread_name_prefix="hmdspt-score")
-            self._pending_score = (self._score_pool.submit(evaluate, params), record, fields)
-            return
-        record.val_score = self._timed(lambda: evaluate(params))
-        self._write_round(record, fields)
-
-    def _flush_score(self) -> None:
-        """Wait for a round's background score, then log the round and call ``on_round``."""
-        if self._pending_score is None:
-            return
-        future, record, fields = self._pending_score
-        self._pending_score = None
-        start = time.perf_counter()
-        try:
-            record.val_score = float(future.result())
-        finally:
-            self._eval_s += time.perf_counter() - start  # only what the loop waited
-        self._write_round(record, fields)
-
-    def _write_round(self, record: RoundRecord, fields: dict[str, Any]) -> None:
-        if record.val_score is not None and self._on_score is not None:
-            self._on_score(record.training_s, record.val_score)
-        self._log("round", val_score=record.val_score, **fields)
-        if self._on_round is not None:
-            try:
-                self._on_round(record)
-            except Exception as exc:
-                raise _CallerError(exc) from exc
 
     # ------------------------------------------------- membership and recovery
     def _sync_membership(self, grace_s: float = 0.0) -> None:
@@ -1047,10 +846,8 @@ class Trainer:
     def _maybe_rebalance(self, force: bool = False, epochs_left: float | None = None) -> None:
         """Move rows when the partition policy's plan says so (:class:`Placement`); not
         while the second staging wave travels (a worker that joined gets rows after it)."""
-        if self._second_wave is not None:
-            if not self._second_wave.landed():
-                return
-            self._join_second_wave()
+        if self.waves.travelling():
+            return
         self.placement.maybe_rebalance(force, epochs_left)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:
@@ -1061,13 +858,7 @@ class Trainer:
         """End the run; never raises. ``run_end`` first, as the slower clean-up may be cut
         short, then the staged rows are released and every worker drops the run's state
         and data."""
-        try:
-            self._flush_score()  # the last rounds' events before run_end
-        except Exception:  # a failing evaluate: the fit's own error is what is raised
-            self._pending_score = None
-        if self._score_pool is not None:
-            self._score_pool.shutdown(wait=True)
-            self._score_pool = None
+        self.scores.close()  # the last rounds' events before run_end
         if self.log is not None:
             wall = time.perf_counter() - self._called_at
             summary = None
@@ -1086,9 +877,7 @@ class Trainer:
                 reason=reason,
             )
             self.log.close()
-        if self._second_wave is not None:  # before the run ends on the workers
-            self._second_wave.release()
-            self._second_wave = None
+        self.waves.release()  # before the run ends on the workers
         if self.staged is not None:
             self.final_counts = dict(self.staged.counts)
             self.staged.release()
