@@ -231,10 +231,6 @@ class MLP:
             coef[...] = random_state.uniform(-bound, bound, (fan_in, fan_out))
             intercept[...] = random_state.uniform(-bound, bound, fan_out)
 
-    def layer_arrays(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Copies of the weights and biases as per-layer lists (scikit-learn's layout)."""
-        return [c.copy() for c in self.coefs], [b.copy() for b in self.intercepts]
-
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # Views and work buffers are rebuilt after unpickling; only the vectors travel.

@@ -836,9 +836,6 @@ class Trainer:
         """Drop lost workers; re-stage their rows onto the survivors (:class:`Recovery`)."""
         self.recovery.recover(lost)
 
-    def _join(self, joined: set[str]) -> None:
-        self.recovery.join(joined)
-
     def _apply(self, results: dict[str, dict]) -> None:
         self.rounds.apply(results)
 
