@@ -16,7 +16,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from hmdspt.app.monitor import RunMonitor, dashboard  # noqa: E402
 from hmdspt.app.rundata import RunData, compare_runs, list_runs  # noqa: E402
 from hmdspt.core.runlog import RunLogTail, RunLogWriter, read_events, summarize  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 BEACON = "http://127.0.0.1:9/beacon.png"  # port 9 (discard): nothing answers there
 
@@ -50,9 +50,7 @@ class ServedMonitor:
     """
 
     def __init__(self, path: os.PathLike, *args: str, log_dir: os.PathLike) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.cmd = [sys.executable, "-m", "hmdspt", "monitor", str(path)]
         self.cmd += ["--port", str(self.port), *args]
         self.log_dir = Path(log_dir)

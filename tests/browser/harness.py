@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port  # chosen first: the websocket origin names it
 from tests.requires import missing
 
 # The installed app's file, wherever the installation put it (not the checkout's layout).
@@ -47,13 +47,6 @@ def require_chromium() -> None:
             f"the browser tests need {CHROMIUM}: "
             "apt-get install -y --no-install-recommends chromium fonts-dejavu-core"
         )
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (chosen first: the websocket origin names it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PanelServer:
