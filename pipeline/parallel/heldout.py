@@ -12,9 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # the round loop imports this module
+    from hmdspt.parallel.rounds import RoundRecord
 
 __all__ = ["CallerError", "RoundScores"]
 
@@ -38,10 +41,10 @@ class RoundScores:
         self.waited_s = 0.0  # seconds the loop waited on evaluate, not counted as training
         # A round's score computed while the next round trains: its round event and
         # on_round wait for it.
-        self._pending: tuple[Future, Any, dict[str, Any]] | None = None
+        self._pending: tuple[Future, RoundRecord, dict[str, Any]] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.on_score: Callable[[float, float], None] | None = None
-        self.on_round: Callable[[Any], None] | None = None
+        self.on_round: Callable[[RoundRecord], None] | None = None
 
     def timed(self, evaluate: Callable[[], float]) -> float:
         """``evaluate()``, its seconds counted as waited."""
@@ -53,7 +56,7 @@ class RoundScores:
 
     def score_round(
         self,
-        record: Any,  # a hmdspt.parallel.rounds.RoundRecord
+        record: RoundRecord,
         fields: dict[str, Any],
         evaluate: Callable[[np.ndarray], float] | None,
         force: bool,
@@ -101,7 +104,7 @@ class RoundScores:
             self.waited_s += time.perf_counter() - start  # only what the loop waited
         self._write(record, fields)
 
-    def _write(self, record: Any, fields: dict[str, Any]) -> None:
+    def _write(self, record: RoundRecord, fields: dict[str, Any]) -> None:
         if record.val_score is not None and self.on_score is not None:
             self.on_score(record.training_s, record.val_score)
         self.trainer._log("round", val_score=record.val_score, **fields)
