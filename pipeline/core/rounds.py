@@ -21,6 +21,7 @@ __all__ = [
     "RoundSize",
     "ramp_length",
     "round_schedule",
+    "round_share",
     "size_rounds",
 ]
 
@@ -182,6 +183,17 @@ def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_round
         return 0
     needed = math.ceil(math.log2(round_s / first_round_s))
     return min(max_rounds, max(min_rounds, needed))
+
+
+def round_share(due: int, pending: int, rounds_left: int) -> int:
+    """A worker's rows in one round: its share, ``ceil((due + pending) / rounds_left)``, of
+    the rows it has yet to train this epoch, ``due`` landed and ``pending`` still on their
+    way (a second staging wave); the round draws them from the landed ones.
+
+    >>> round_share(10, 0, 3), round_share(10, 14, 3), round_share(0, 5, 0)
+    (4, 8, 5)
+    """
+    return -(-(due + pending) // max(rounds_left, 1))
 
 
 def round_schedule(rounds_per_epoch: int, ramp_rounds: int = 0) -> list[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hmdspt.core.rounds import round_share
 from hmdspt.parallel.rebalance import join_second_wave
 from hmdspt.parallel.shards import SecondWave
 
@@ -59,10 +60,11 @@ class StagingWaves:
         if self.wave is None:
             return
         if not self.wave.landed():
-            due, k = self.first_wave_due, max(rounds_left, 1)
-            # A round's share of a worker's due rows, those on their way included.
-            share = {w: -(-(due.get(w, 0) + n) // k) for w, n in self.wave.counts.items()}
-            if all(n <= due.get(w, 0) for w, n in share.items()):
+            due = self.first_wave_due
+            if all(
+                round_share(due.get(w, 0), n, rounds_left) <= due.get(w, 0)
+                for w, n in self.wave.counts.items()
+            ):
                 return
         self.join()
 

@@ -50,6 +50,7 @@ from hmdspt.core.nn import (
     split_weights,
 )
 from hmdspt.core.process import HUGE_PAGES, ProcessSetting
+from hmdspt.core.rounds import round_share
 from hmdspt.core.speed import PROBE_ESTIMATORS, chunk_speed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1291,7 +1292,7 @@ def run_round(
     if spec.new_epoch:
         shard.done[:] = False
     due = np.flatnonzero(~shard.done)
-    quota = min(-(-(len(due) + spec.pending_rows) // max(spec.rounds_left, 1)), len(due))
+    quota = min(round_share(len(due), spec.pending_rows, spec.rounds_left), len(due))
     # Deterministic per shard and round, different across workers (first row id).
     first_row = int(shard.row_ids[0]) if len(shard) else 0
     rng = np.random.default_rng([spec.seed, spec.round, first_row])
