@@ -30,6 +30,7 @@ from hmdspt.core.strategies import (
     HMDSPTSync,
     LocalSync,
     ProportionalPartition,
+    _worth_their_shards,
     get_partition,
     get_sync,
 )
@@ -346,6 +347,56 @@ def test_no_move_of_a_plan_costs_more_to_build_than_it_saves(
                 partition.rows_rebuilt(current, rest)
             )
             assert lost >= saved - 1e-9, (move, lost, saved)
+
+
+def _worth_their_shards_by_brute_force(current, moves, scores, epochs_left, move_cost):
+    """The rule of ``_worth_their_shards`` written out: every candidate priced from scratch."""
+    kept = list(moves)
+
+    def cost(plan):
+        layout = partition.apply_moves(current, plan)
+        epoch_s = max((n / scores[w] for w, n in layout.items() if n), default=0.0)
+        return epochs_left * epoch_s, move_cost(partition.rows_rebuilt(current, plan))
+
+    while len(kept) > 1:
+        fit_s, build_s = cost(kept)
+        for move in sorted(kept, key=lambda m: m.rows):
+            rest = [m for m in kept if m is not move]
+            rest_fit_s, rest_build_s = cost(rest)
+            if rest_fit_s - fit_s < build_s - rest_build_s:
+                kept = rest
+                break
+        else:
+            return kept
+    return kept
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(1e3, 1e6), st.integers(0, 50_000)), min_size=2, max_size=40),
+    st.floats(0.1, 20.0),
+    st.floats(0.0, 5e-5),
+    st.floats(0.0, 0.5),
+)
+def test_the_moves_left_out_are_those_the_rule_leaves_out_priced_one_by_one(
+    workers, epochs_left, per_row_s, fixed_move_s
+):
+    """The plan prices a dropped move from the plan's totals (the simulator plans for
+    thousands of workers); it must keep exactly the moves that pricing every candidate
+    from scratch keeps."""
+    scores = {f"w{i}": speed for i, (speed, _) in enumerate(workers)}
+    current = {f"w{i}": rows for i, (_, rows) in enumerate(workers)}
+    n_rows = sum(current.values())
+    if n_rows < len(workers):
+        return
+    policy = get_partition("proportional")
+    moves = partition.plan_moves(current, policy.target(n_rows, policy.weights(scores)))
+
+    def move_cost(rows: int) -> float:
+        return fixed_move_s + per_row_s * rows if rows else 0.0
+
+    expected = _worth_their_shards_by_brute_force(current, moves, scores, epochs_left, move_cost)
+    assert _worth_their_shards(current, moves, scores, None, epochs_left, move_cost) == expected
 
 
 def test_rows_rebuilt_counts_every_sender_and_receiver_after_the_moves():

@@ -531,11 +531,15 @@ class MoveCost:
     def __init__(self) -> None:
         # Every move is its own window, and none is held back as a change of pace.
         self.model = RoundCostModel(min_window_s=0.0, shift_factor=1e12)
+        # (fixed_s, rows/s) of the fit, solved once per observation: a plan prices
+        # thousands of candidate moves between two observations.
+        self._line: tuple[float, float] | None = None
 
     def observe(self, rows: float, seconds: float) -> None:
         """Fold in one staging or re-balance: shards of ``rows`` rows built in ``seconds``."""
         if rows > 0:
             self.model.observe(self.KEY, rows, seconds)
+            self._line = None
 
     def seconds(self, rows: float) -> float:
         """Predicted seconds of a re-balance that rebuilds shards of ``rows`` rows (0
@@ -544,4 +548,7 @@ class MoveCost:
             return 0.0
         if not self.model.is_measured(self.KEY):
             return 0.0
-        return self.model.fixed_s(self.KEY) + rows / self.model.speed(self.KEY)
+        if self._line is None:
+            self._line = (self.model.fixed_s(self.KEY), self.model.speed(self.KEY))
+        fixed_s, speed = self._line
+        return fixed_s + rows / speed

@@ -30,6 +30,7 @@ in the trainer. Everything here is numpy and the core.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -404,24 +405,63 @@ def _worth_their_shards(
     are dropped one at a time, the smallest first, while dropping one loses less over the
     epochs left (its rows stay on their sender) than the rebuilding it saves. Any subset
     of a plan is a plan: no worker both sends and receives.
+
+    Dropping a move changes only its two workers' rows, so each candidate is priced from
+    the plan's totals in constant time (the simulator plans for thousands of workers).
     """
-    kept = list(moves)
-
-    def cost(plan: list[partition.Move]) -> tuple[float, float]:
-        epoch_s = _epoch_s(partition.apply_moves(current, plan), scores, fixed)
-        return epochs_left * epoch_s, move_cost(partition.rows_rebuilt(current, plan))
-
+    kept = sorted(moves, key=lambda m: m.rows)  # the smallest first; stable
+    if len(kept) < 2:
+        return list(moves)
+    counts = dict(partition.apply_moves(current, kept))
+    touches: dict[Hashable, int] = {}
+    for m in kept:
+        if m.rows:
+            for w in (m.source, m.destination):
+                touches[w] = touches.get(w, 0) + 1
+    rebuilt = sum(int(counts[w]) for w in touches)
+    times = {w: _worker_epoch_s(w, n, scores, fixed) for w, n in counts.items() if n}
     while len(kept) > 1:
-        fit_s, build_s = cost(kept)
-        for move in sorted(kept, key=lambda m: m.rows):
-            rest = [m for m in kept if m is not move]
-            rest_fit_s, rest_build_s = cost(rest)
-            if rest_fit_s - fit_s < build_s - rest_build_s:
-                kept = rest
+        slowest = heapq.nlargest(3, times.items(), key=lambda item: item[1])
+        fit_s = epochs_left * (slowest[0][1] if slowest else 0.0)
+        build_s = move_cost(rebuilt)
+        for move in kept:
+            changed = {move.source: move.rows, move.destination: -move.rows}
+            # The slowest holder but these two, then these two with the move undone.
+            worst = next((t for w, t in slowest if w not in changed), 0.0)
+            rest_rebuilt = rebuilt
+            for w, delta in changed.items():
+                n = counts[w] + delta
+                if n:
+                    worst = max(worst, _worker_epoch_s(w, n, scores, fixed))
+                if move.rows:
+                    rest_rebuilt += (n if touches[w] > 1 else 0) - counts[w]
+            if epochs_left * worst - fit_s < build_s - move_cost(rest_rebuilt):
                 break
         else:
-            return kept
-    return kept
+            break
+        del kept[next(i for i, m in enumerate(kept) if m is move)]  # its rows stay put
+        for w, delta in changed.items():
+            counts[w] += delta
+            if move.rows:
+                touches[w] -= 1
+            if counts[w]:
+                times[w] = _worker_epoch_s(w, counts[w], scores, fixed)
+            else:
+                times.pop(w, None)
+        rebuilt = rest_rebuilt
+    left = {id(m) for m in kept}
+    return [m for m in moves if id(m) in left]
+
+
+def _worker_epoch_s(
+    w: Hashable,
+    rows: int,
+    speeds: Mapping[Hashable, float],
+    fixed_s: Mapping[Hashable, float] | None,
+) -> float:
+    """Predicted seconds of an epoch of ``rows`` rows on worker ``w``."""
+    extra = fixed_s.get(w, 0.0) if fixed_s else 0.0
+    return extra + rows / speeds[w]
 
 
 def _epoch_s(
@@ -433,8 +473,7 @@ def _epoch_s(
     worst = 0.0
     for w, n in counts.items():
         if n:
-            extra = fixed_s.get(w, 0.0) if fixed_s else 0.0
-            worst = max(worst, extra + n / speeds[w])
+            worst = max(worst, _worker_epoch_s(w, n, speeds, fixed_s))
     return worst
 
 
