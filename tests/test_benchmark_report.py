@@ -471,6 +471,34 @@ def test_a_suite_variant_runs_its_module_with_its_arguments(tmp_path, monkeypatc
     sys.modules.pop("fake_bench", None)
 
 
+def test_a_suite_run_stopped_part_way_keeps_the_sections_it_finished(tmp_path, monkeypatch):
+    """An hour of `all` stopped in one benchmark (Ctrl-C, a kill) loses only that one."""
+    import sys
+
+    from benchmarks import __main__ as suite
+
+    (tmp_path / "done_bench.py").write_text("def main(argv=None):\n    print('measured 1.5 s')\n")
+    (tmp_path / "stopped_bench.py").write_text(
+        "def main(argv=None):\n    raise KeyboardInterrupt\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(
+        suite, "SUITE", {"done": "done_bench", "stopped": "stopped_bench", "old": "old_bench"}
+    )
+    results = tmp_path / "results.md"
+    results.write_text("# head\n\n## old (3 s, ok, yesterday)\n\n```\nold figure\n```\n")
+    monkeypatch.setattr(suite, "RESULTS", results)
+    monkeypatch.setattr(suite.report, "main", lambda argv: 0)
+    with pytest.raises(KeyboardInterrupt):
+        suite.main(["all"])
+    text = results.read_text()
+    assert "## done (" in text and "measured 1.5 s" in text
+    assert "## old (3 s, ok, yesterday)" in text and "old figure" in text
+    assert "## stopped" not in text
+    for name in ("done_bench", "stopped_bench"):
+        sys.modules.pop(name, None)
+
+
 def test_the_suite_runner_has_help_and_refuses_an_unknown_name(capsys):
     from benchmarks import __main__ as suite
 
