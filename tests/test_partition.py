@@ -121,6 +121,46 @@ def test_apportion_faster_worker_never_gets_fewer_rows(case):
                 assert counts[i] >= counts[j]
 
 
+def _apportion_by_fractions(n_rows, scores, min_rows):
+    """Largest remainders with a floor in :class:`Fraction` arithmetic, written out: the
+    reference whose rows, ties included, the scaled integers of ``apportion`` must give."""
+    fr = [Fraction(s) for s in scores]
+    bound = [False] * len(fr)
+    while True:
+        free = [i for i in range(len(fr)) if not bound[i]]
+        n_free = n_rows - min_rows * (len(fr) - len(free))
+        total = sum((fr[i] for i in free), Fraction(0))
+        newly = [i for i in free if n_free * fr[i] < min_rows * total]
+        if not newly:
+            break
+        for i in newly:
+            bound[i] = True
+    counts = [min_rows] * len(fr)
+    remainders = []
+    for i in free:
+        quota = n_free * fr[i] / total
+        counts[i] = math.floor(quota)
+        remainders.append((quota - counts[i], i))
+    remainders.sort(key=lambda r: (-r[0], r[1]))
+    for _, i in remainders[: n_free - sum(counts[i] for i in free)]:
+        counts[i] += 1
+    return counts
+
+
+# Few distinct speeds, so that remainders tie often.
+tied_score_lists = st.lists(
+    st.sampled_from([0.1, 0.5, 1.0, 1.5, 3.0, 1e-2]), min_size=1, max_size=12
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(score_lists, tied_score_lists), st.integers(0, 20), st.data())
+def test_apportion_gives_the_rows_exact_rational_arithmetic_gives(scores, min_rows, data):
+    n_rows = data.draw(st.integers(min_rows * len(scores), 100_000))
+    expected = _apportion_by_fractions(n_rows, scores, min_rows)
+    assert list(apportion(n_rows, scores, min_rows=min_rows)) == expected
+
+
 def test_apportion_examples_and_ties_by_order():
     assert apportion(10, {"a": 4.0, "b": 2.0, "c": 1.0}) == {"a": 6, "b": 3, "c": 1}
     # Exact ties: the leftover rows go to the first workers.
@@ -206,6 +246,51 @@ def test_rebalancing_an_apportionment_keeps_constraints(case, new_scores):
     target = apportion(n_rows, new_scores[: len(scores)], min_rows)
     moves = plan_moves(current, target)
     _check_plan(current.tolist(), target.tolist(), moves)
+
+
+def _plan_moves_by_scanning(current, target):
+    """The plan of ``plan_moves`` written out, scanning every worker at every step: the
+    reference its index and heaps must reproduce move for move, ties included."""
+    surplus = {i: c - t for i, (c, t) in enumerate(zip(current, target)) if c > t}
+    deficit = {i: t - c for i, (c, t) in enumerate(zip(current, target)) if t > c}
+    moves = []
+    for s in list(surplus):
+        for d in deficit:
+            if deficit[d] == surplus[s]:
+                moves.append(Move(s, d, surplus[s]))
+                del surplus[s], deficit[d]
+                break
+    while surplus:
+        s = max(surplus, key=surplus.__getitem__)
+        d = max(deficit, key=deficit.__getitem__)
+        rows = min(surplus[s], deficit[d])
+        moves.append(Move(s, d, rows))
+        for side, i in ((surplus, s), (deficit, d)):
+            side[i] -= rows
+            if side[i] == 0:
+                del side[i]
+    return moves
+
+
+@st.composite
+def small_counts_and_target(draw):
+    """Counts of a few rows each, so that surpluses and deficits tie often."""
+    current = draw(st.lists(st.integers(0, 12), min_size=1, max_size=30))
+    target = list(current)
+    for _ in range(draw(st.integers(0, 40))):
+        i = draw(st.integers(0, len(target) - 1))
+        j = draw(st.integers(0, len(target) - 1))
+        if target[i]:
+            target[i] -= 1
+            target[j] += 1
+    return current, target
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(current_and_target(), small_counts_and_target()))
+def test_plan_moves_gives_the_moves_of_scanning_every_worker(case):
+    current, target = case
+    assert plan_moves(current, target) == _plan_moves_by_scanning(current, target)
 
 
 def test_plan_moves_examples():

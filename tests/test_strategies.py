@@ -349,13 +349,16 @@ def test_no_move_of_a_plan_costs_more_to_build_than_it_saves(
             assert lost >= saved - 1e-9, (move, lost, saved)
 
 
-def _worth_their_shards_by_brute_force(current, moves, scores, epochs_left, move_cost):
+def _worth_their_shards_by_brute_force(current, moves, scores, fixed, epochs_left, move_cost):
     """The rule of ``_worth_their_shards`` written out: every candidate priced from scratch."""
     kept = list(moves)
+    fixed = fixed or {}
 
     def cost(plan):
         layout = partition.apply_moves(current, plan)
-        epoch_s = max((n / scores[w] for w, n in layout.items() if n), default=0.0)
+        epoch_s = max(
+            (fixed.get(w, 0.0) + n / scores[w] for w, n in layout.items() if n), default=0.0
+        )
         return epochs_left * epoch_s, move_cost(partition.rows_rebuilt(current, plan))
 
     while len(kept) > 1:
@@ -377,9 +380,10 @@ def _worth_their_shards_by_brute_force(current, moves, scores, epochs_left, move
     st.floats(0.1, 20.0),
     st.floats(0.0, 5e-5),
     st.floats(0.0, 0.5),
+    st.one_of(st.none(), st.lists(st.floats(0.0, 2.0), min_size=40, max_size=40)),
 )
 def test_the_moves_left_out_are_those_the_rule_leaves_out_priced_one_by_one(
-    workers, epochs_left, per_row_s, fixed_move_s
+    workers, epochs_left, per_row_s, fixed_move_s, fixed_costs
 ):
     """The plan prices a dropped move from the plan's totals (the simulator plans for
     thousands of workers); it must keep exactly the moves that pricing every candidate
@@ -395,8 +399,11 @@ def test_the_moves_left_out_are_those_the_rule_leaves_out_priced_one_by_one(
     def move_cost(rows: int) -> float:
         return fixed_move_s + per_row_s * rows if rows else 0.0
 
-    expected = _worth_their_shards_by_brute_force(current, moves, scores, epochs_left, move_cost)
-    assert _worth_their_shards(current, moves, scores, None, epochs_left, move_cost) == expected
+    fixed = None if fixed_costs is None else dict(zip(scores, fixed_costs))
+    expected = _worth_their_shards_by_brute_force(
+        current, moves, scores, fixed, epochs_left, move_cost
+    )
+    assert _worth_their_shards(current, moves, scores, fixed, epochs_left, move_cost) == expected
 
 
 def test_rows_rebuilt_counts_every_sender_and_receiver_after_the_moves():

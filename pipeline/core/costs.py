@@ -531,9 +531,9 @@ class MoveCost:
     def __init__(self) -> None:
         # Every move is its own window, and none is held back as a change of pace.
         self.model = RoundCostModel(min_window_s=0.0, shift_factor=1e12)
-        # (fixed_s, rows/s) of the fit, solved once per observation: a plan prices
-        # thousands of candidate moves between two observations.
-        self._line: tuple[float, float] | None = None
+        # (fixed_s, rows/s) of the fit, or () before it is measured, solved once per
+        # observation: a plan prices thousands of candidate moves between two observations.
+        self._line: tuple[float, float] | tuple[()] | None = None
 
     def observe(self, rows: float, seconds: float) -> None:
         """Fold in one staging or re-balance: shards of ``rows`` rows built in ``seconds``."""
@@ -544,11 +544,14 @@ class MoveCost:
     def seconds(self, rows: float) -> float:
         """Predicted seconds of a re-balance that rebuilds shards of ``rows`` rows (0
         before any observation)."""
-        if rows <= 0 or self.KEY not in self.model.workers:
-            return 0.0
-        if not self.model.is_measured(self.KEY):
+        if rows <= 0:
             return 0.0
         if self._line is None:
-            self._line = (self.model.fixed_s(self.KEY), self.model.speed(self.KEY))
+            measured = self.KEY in self.model.workers and self.model.is_measured(self.KEY)
+            self._line = (
+                (self.model.fixed_s(self.KEY), self.model.speed(self.KEY)) if measured else ()
+            )
+        if not self._line:
+            return 0.0
         fixed_s, speed = self._line
         return fixed_s + rows / speed

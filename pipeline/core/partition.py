@@ -20,6 +20,7 @@ the same order; a sequence in gives an ``int64`` ndarray (or integer indices in 
 
 from __future__ import annotations
 
+import heapq
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
@@ -145,14 +146,18 @@ def _aligned_counts(current: Counts, target: Counts) -> tuple[list | None, list[
 
 
 def _apportion_list(n_rows: int, scores: list[float], min_rows: int) -> list[int]:
-    """Largest-remainder apportionment with a floor, in exact rational arithmetic.
+    """Largest-remainder apportionment with a floor, in exact integer arithmetic.
 
-    Exact arithmetic (floats are exact binary fractions) means a float rounding error can
-    never cost a worker a row, and remainders that are mathematically tied are tied here
-    too, so the tie-break by position is the only thing that decides them.
+    Floats are exact binary fractions, so scaled by one power of two they are exact integers
+    with the same ratios: a float rounding error can never cost a worker a row, and
+    remainders that are mathematically tied are tied here too, so the tie-break by position
+    is the only thing that decides them. (Integers rather than :class:`~fractions.Fraction`:
+    the simulator apportions thousands of workers every round.)
     """
     n_workers = len(scores)
-    fr = [Fraction(s) for s in scores]
+    fractions = [Fraction(s) for s in scores]
+    scale = max(f.denominator for f in fractions)  # a power of two: every denominator divides it
+    weight = [f.numerator * (scale // f.denominator) for f in fractions]
     bound = [False] * n_workers
     # Water-filling: find lambda with sum_i max(min_rows, lambda * s_i) == n_rows. Workers
     # whose proportional quota falls below the minimum are pinned at it; that lowers the
@@ -161,8 +166,8 @@ def _apportion_list(n_rows: int, scores: list[float], min_rows: int) -> list[int
     while True:
         free = [i for i in range(n_workers) if not bound[i]]
         n_free = n_rows - min_rows * (n_workers - len(free))
-        total = sum((fr[i] for i in free), Fraction(0))
-        newly = [i for i in free if n_free * fr[i] < min_rows * total]
+        total = sum(weight[i] for i in free)
+        newly = [i for i in free if n_free * weight[i] < min_rows * total]
         if not newly:
             break
         for i in newly:
@@ -174,12 +179,12 @@ def _apportion_list(n_rows: int, scores: list[float], min_rows: int) -> list[int
     counts = [min_rows] * n_workers
     remainders = []
     for i in free:
-        q = n_free * fr[i] / total
-        fl = q.numerator // q.denominator
-        # fl >= min_rows because q >= min_rows for an unpinned worker and min_rows is an
-        # integer; so Hamilton rounding never breaks the minimum.
+        # The quota n_free * w_i / total, as its floor and its remainder over ``total``.
+        fl, remainder = divmod(n_free * weight[i], total)
+        # fl >= min_rows because the quota >= min_rows for an unpinned worker and min_rows
+        # is an integer; so Hamilton rounding never breaks the minimum.
         counts[i] = fl
-        remainders.append((q - fl, i))
+        remainders.append((remainder, i))
     leftover = n_free - sum(counts[i] for i in free)
     # Largest remainder first; equal remainders go to the earlier worker.
     remainders.sort(key=lambda r: (-r[0], r[1]))
@@ -374,32 +379,51 @@ def plan_moves(
     deficit = {i: t - c for i, (c, t) in enumerate(zip(cur, tgt)) if t > c}
     moves: list[tuple[int, int, int]] = []
 
-    # Pass 1: exact matches, one move settles two workers.
+    # Pass 1: exact matches, one move settles two workers; each surplus takes the first
+    # worker (in worker order) still without a match whose deficit equals it.
+    by_deficit: dict[int, list[int]] = {}
+    for d in reversed(list(deficit)):
+        by_deficit.setdefault(deficit[d], []).append(d)  # the earliest worker last
     for s in list(surplus):
-        for d in deficit:
-            if deficit[d] == surplus[s]:
-                moves.append((s, d, surplus[s]))
-                del surplus[s], deficit[d]
-                break
+        matches = by_deficit.get(surplus[s])
+        if matches:
+            d = matches.pop()
+            moves.append((s, d, surplus[s]))
+            del surplus[s], deficit[d]
 
-    # Pass 2: largest surplus to largest deficit. max() returns the first maximal key, and
-    # dicts keep worker order, so ties go to the earlier worker.
+    # Pass 2: largest surplus to largest deficit, ties to the earlier worker. Heaps of
+    # (-rows, worker) whose stale entries (rows since sent or received) are skipped: a plan
+    # for thousands of workers would otherwise scan them all at every move.
+    surplus_heap = [(-rows, i) for i, rows in surplus.items()]
+    deficit_heap = [(-rows, i) for i, rows in deficit.items()]
+    heapq.heapify(surplus_heap)
+    heapq.heapify(deficit_heap)
     while surplus:
-        s = max(surplus, key=surplus.__getitem__)
-        d = max(deficit, key=deficit.__getitem__)
+        s = _largest(surplus_heap, surplus)
+        d = _largest(deficit_heap, deficit)
         rows = min(surplus[s], deficit[d])
         moves.append((s, d, rows))
-        surplus[s] -= rows
-        deficit[d] -= rows
-        if surplus[s] == 0:
-            del surplus[s]
-        if deficit[d] == 0:
-            del deficit[d]
+        for side, heap, i in ((surplus, surplus_heap, s), (deficit, deficit_heap, d)):
+            side[i] -= rows
+            if side[i] == 0:
+                del side[i]
+            else:
+                heapq.heappush(heap, (-side[i], i))
 
     def name(i: int) -> Hashable:
         return i if keys is None else keys[i]
 
     return [Move(name(s), name(d), rows) for s, d, rows in moves]
+
+
+def _largest(heap: list[tuple[int, int]], rows: Mapping[int, int]) -> int:
+    """The worker with the most ``rows`` (the earliest of equals), from a heap that may hold
+    stale entries; a worker's rows only fall, so a stale entry is one whose rows differ."""
+    while True:
+        negative_rows, i = heap[0]
+        if rows.get(i) == -negative_rows:
+            return i
+        heapq.heappop(heap)
 
 
 def apply_moves(

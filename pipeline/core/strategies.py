@@ -407,7 +407,8 @@ def _worth_their_shards(
     of a plan is a plan: no worker both sends and receives.
 
     Dropping a move changes only its two workers' rows, so each candidate is priced from
-    the plan's totals in constant time (the simulator plans for thousands of workers).
+    the plan's totals in constant time, and the three slowest holders are kept in a heap
+    (the simulator plans for thousands of workers).
     """
     kept = sorted(moves, key=lambda m: m.rows)  # the smallest first; stable
     if len(kept) < 2:
@@ -419,38 +420,76 @@ def _worth_their_shards(
             for w in (m.source, m.destination):
                 touches[w] = touches.get(w, 0) + 1
     rebuilt = sum(int(counts[w]) for w in touches)
-    times = {w: _worker_epoch_s(w, n, scores, fixed) for w, n in counts.items() if n}
+    slowest = _Slowest({w: _worker_epoch_s(w, n, scores, fixed) for w, n in counts.items() if n})
+    fixed_s = fixed or {}
     while len(kept) > 1:
-        slowest = heapq.nlargest(3, times.items(), key=lambda item: item[1])
-        fit_s = epochs_left * (slowest[0][1] if slowest else 0.0)
+        top = slowest.top(3)
+        fit_s = epochs_left * (top[0][0] if top else 0.0)
         build_s = move_cost(rebuilt)
-        for move in kept:
-            changed = {move.source: move.rows, move.destination: -move.rows}
+        for i in range(len(kept)):
+            source, destination, rows = kept[i].source, kept[i].destination, kept[i].rows
             # The slowest holder but these two, then these two with the move undone.
-            worst = next((t for w, t in slowest if w not in changed), 0.0)
+            worst = 0.0
+            for t, w in top:
+                if w != source and w != destination:
+                    worst = t
+                    break
             rest_rebuilt = rebuilt
-            for w, delta in changed.items():
-                n = counts[w] + delta
+            undone = ((source, counts[source] + rows), (destination, counts[destination] - rows))
+            for w, n in undone:
                 if n:
-                    worst = max(worst, _worker_epoch_s(w, n, scores, fixed))
-                if move.rows:
+                    t = fixed_s.get(w, 0.0) + n / scores[w]
+                    if t > worst:
+                        worst = t
+                if rows:
                     rest_rebuilt += (n if touches[w] > 1 else 0) - counts[w]
             if epochs_left * worst - fit_s < build_s - move_cost(rest_rebuilt):
                 break
         else:
             break
-        del kept[next(i for i, m in enumerate(kept) if m is move)]  # its rows stay put
-        for w, delta in changed.items():
+        del kept[i]  # its rows stay put
+        for w, delta in ((source, rows), (destination, -rows)):
             counts[w] += delta
-            if move.rows:
+            if rows:
                 touches[w] -= 1
-            if counts[w]:
-                times[w] = _worker_epoch_s(w, counts[w], scores, fixed)
-            else:
-                times.pop(w, None)
+            slowest.set(w, _worker_epoch_s(w, counts[w], scores, fixed) if counts[w] else None)
         rebuilt = rest_rebuilt
     left = {id(m) for m in kept}
     return [m for m in moves if id(m) in left]
+
+
+class _Slowest:
+    """Each holder's predicted epoch, the slowest found in O(log n): a max-heap whose stale
+    entries (a time since replaced) are skipped as they surface."""
+
+    def __init__(self, times: Mapping[Hashable, float]) -> None:
+        self.times = dict(times)
+        self.version = dict.fromkeys(self.times, 0)
+        self.heap = [(-t, i, w, 0) for i, (w, t) in enumerate(self.times.items())]
+        self.order = {w: i for i, (w, _) in enumerate(self.times.items())}
+        heapq.heapify(self.heap)
+
+    def set(self, w: Hashable, t: float | None) -> None:
+        """``w``'s new time, or None when it holds no rows."""
+        version = self.version.get(w, 0) + 1
+        self.version[w] = version
+        if t is None:
+            self.times.pop(w, None)
+            return
+        self.times[w] = t
+        order = self.order.setdefault(w, len(self.order))
+        heapq.heappush(self.heap, (-t, order, w, version))
+
+    def top(self, k: int) -> list[tuple[float, Hashable]]:
+        """The ``k`` largest times with their holders, the largest first."""
+        found: list[tuple[float, int, Hashable, int]] = []
+        while self.heap and len(found) < k:
+            entry = heapq.heappop(self.heap)
+            if self.version.get(entry[2]) == entry[3] and entry[2] in self.times:
+                found.append(entry)
+        for entry in found:
+            heapq.heappush(self.heap, entry)
+        return [(-entry[0], entry[2]) for entry in found]
 
 
 def _worker_epoch_s(
