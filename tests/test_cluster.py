@@ -496,13 +496,50 @@ def test_the_commands_quiet_worker_logs_drop_only_what_the_command_says_itself()
         return logging.LogRecord("distributed.worker", logging.ERROR, "", 0, message, (), None)
 
     heartbeat = record("Failed to communicate with scheduler during heartbeat.")
+    compute_failed = record("Compute Failed\nKey: %s\n")
     with LocalCluster(n_workers=1, processes=False, **FREE_PORTS) as cluster:
         quiet = QuietWorkerLogs(cluster.workers[0])
-        assert not quiet.filter(record("Compute Failed\nKey: %s\n"))
-        assert quiet.filter(heartbeat)  # a running worker that lost its scheduler: shown
-        assert quiet.filter(record("Worker stream died during communication"))
-    assert not quiet.filter(heartbeat)  # the worker closed
-    assert quiet.filter(record("Worker stream died during communication"))
+        closing_only = QuietWorkerLogs(cluster.workers[0], compute_failed=False)
+        assert not quiet.filter(compute_failed)
+        assert closing_only.filter(compute_failed)  # local_cluster's: a user's task, shown
+        for f in (quiet, closing_only):
+            assert f.filter(heartbeat)  # a running worker that lost its scheduler: shown
+            assert f.filter(record("Worker stream died during communication"))
+    for f in (quiet, closing_only):
+        assert not f.filter(heartbeat)  # the worker closed
+        assert f.filter(record("Worker stream died during communication"))
+    assert closing_only.filter(compute_failed)
+
+
+def _quiet_filters(dask_worker) -> dict[str, list[bool]]:
+    import logging
+
+    from hmdspt.parallel.cluster import QUIETED_WORKER_LOGGERS, QuietWorkerLogs
+
+    return {
+        name: [
+            f.compute_failed
+            for f in logging.getLogger(name).filters
+            if isinstance(f, QuietWorkerLogs) and f.worker is dask_worker
+        ]
+        for name in QUIETED_WORKER_LOGGERS
+    }
+
+
+def test_local_clusters_workers_drop_the_noise_of_their_close_and_the_commands_the_rest():
+    """The README's cluster example printed a worker's "Failed to communicate with scheduler
+    during heartbeat" traceback as its cluster closed (1 of 8 runs): ``local_cluster``'s
+    worker processes quiet a closing worker's noise; a command's cluster quiets its
+    workers' "Compute Failed" too, though ``local_cluster`` registered its plugin first."""
+    from hmdspt import local_cluster
+    from hmdspt.parallel.cluster import QUIETED_WORKER_LOGGERS, QuietWorkerLogsPlugin
+
+    with local_cluster(speeds=(1,), **FREE_PORTS) as cluster, Client(cluster) as client:
+        closing_only = dict.fromkeys(QUIETED_WORKER_LOGGERS, [False])
+        assert list(client.run(_quiet_filters).values()) == [closing_only]
+        client.register_plugin(QuietWorkerLogsPlugin())  # as the commands do
+        both = dict.fromkeys(QUIETED_WORKER_LOGGERS, [False, True])
+        assert list(client.run(_quiet_filters).values()) == [both]
 
 
 _RELEASED = threading.Event()  # lets the task of an in-process worker below end

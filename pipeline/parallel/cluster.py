@@ -236,12 +236,18 @@ def local_cluster(
         plugin = HMDSPTWorkerPlugin(
             slowdowns, blas_threads=blas_threads, numpy_huge_pages=numpy_huge_pages
         )
-        cluster.sync(
-            cluster.scheduler_comm.register_worker_plugin,
-            plugin=dumps(plugin),
-            name=plugin.name,
-            idempotent=False,
-        )
+        plugins = [plugin]
+        if processes:
+            # Each worker's own process: its loggers end with it. (In-process workers log on
+            # the caller's loggers, which outlive the cluster: left as they are.)
+            plugins.append(QuietWorkerLogsPlugin(compute_failed=False))
+        for p in plugins:
+            cluster.sync(
+                cluster.scheduler_comm.register_worker_plugin,
+                plugin=dumps(p),
+                name=p.name,
+                idempotent=False,
+            )
         _start_workers(cluster, n, timeout)
     except BaseException:
         cluster.close()
@@ -282,48 +288,60 @@ _NOISE_OF_A_CLOSING_WORKER = ("Failed to communicate with scheduler", "Async ins
 
 
 class QuietWorkerLogs(logging.Filter):
-    """Drops three records of a worker that only add noise to what a command says in one
-    line (installed by :class:`QuietWorkerLogsPlugin`).
+    """Drops records of a worker that only add noise (installed by
+    :class:`QuietWorkerLogsPlugin`).
 
-    - "Compute Failed": a task that raised (a NaN a worker read); the fit stops and the
-      command names the error.
+    - "Compute Failed", with ``compute_failed=True`` (``hmdspt``'s commands): a task that
+      raised (a NaN a worker read); the fit stops and the command names the error.
     - "Failed to communicate with scheduler during heartbeat", once the worker is closing:
-      a heartbeat still in flight when the worker closes its connections at the command's
-      end (seen once in about 30 runs of ``hmdspt train``; distributed issue 7105).
+      a heartbeat still in flight when the worker closes its connections as its cluster
+      closes (seen in runs of ``hmdspt train`` and of the README's cluster example;
+      distributed issue 7105).
     - "Async instruction for <Task ...> ended with CancelledError", once the worker is
       closing (``distributed.worker.state_machine``): a task still running when the
       command closes its cluster, such as another worker's read of its block after one
       worker's read failed (it failed a run of the test suite in a fresh venv).
     """
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: Any, compute_failed: bool = True) -> None:
         super().__init__()
         self.worker = worker
+        self.compute_failed = compute_failed
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
-        if message.startswith("Compute Failed"):
+        if self.compute_failed and message.startswith("Compute Failed"):
             return False
         closing = self.worker.status.name not in ("running", "paused")
         return not (closing and message.startswith(_NOISE_OF_A_CLOSING_WORKER))
 
 
 class QuietWorkerLogsPlugin(WorkerPlugin):
-    """Installs :class:`QuietWorkerLogs` on each worker of a cluster that ``hmdspt``'s
-    commands started (not on one they connect to: its logs are its owner's).
+    """Installs :class:`QuietWorkerLogs` on each worker of a cluster ``hmdspt`` started:
+    every record it drops for the commands' clusters, only a closing worker's noise for
+    :func:`local_cluster`'s (``compute_failed=False``: a user's own tasks fail on it as
+    they would elsewhere). Not on a cluster the commands connect to: its logs are its owner's.
 
     The filter stays when the worker closes: the heartbeat record comes after the
     plugins' teardown, and a worker process ends with its worker.
     """
 
-    name = "hmdspt-quiet-worker-logs"
     idempotent = True
+
+    def __init__(self, compute_failed: bool = True) -> None:
+        self.compute_failed = compute_failed
+        # One name per kind, so that the commands' plugin is not taken for the one
+        # local_cluster registered before it (an idempotent name registers once).
+        self.name = "hmdspt-quiet-worker-logs" + ("" if compute_failed else "-closing")
 
     def setup(self, worker: Any) -> None:
         for name in QUIETED_WORKER_LOGGERS:
             logger = logging.getLogger(name)
-            if not any(isinstance(f, QuietWorkerLogs) for f in logger.filters):
-                logger.addFilter(QuietWorkerLogs(worker))
+            if not any(
+                isinstance(f, QuietWorkerLogs) and f.compute_failed == self.compute_failed
+                for f in logger.filters
+            ):
+                logger.addFilter(QuietWorkerLogs(worker, self.compute_failed))
 
 
 def check_open(client: Client) -> None:
