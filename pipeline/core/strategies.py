@@ -463,29 +463,24 @@ class _Slowest:
     entries (a time since replaced) are skipped as they surface."""
 
     def __init__(self, times: Mapping[Hashable, float]) -> None:
-        self.times = dict(times)
-        self.version = dict.fromkeys(self.times, 0)
-        self.heap = [(-t, i, w, 0) for i, (w, t) in enumerate(self.times.items())]
-        self.order = {w: i for i, (w, _) in enumerate(self.times.items())}
+        self.version = dict.fromkeys(times, 0)
+        self.order = {w: i for i, w in enumerate(times)}  # ties: the earlier holder first
+        self.heap = [(-t, self.order[w], w, 0) for w, t in times.items()]
         heapq.heapify(self.heap)
 
     def set(self, w: Hashable, t: float | None) -> None:
         """``w``'s new time, or None when it holds no rows."""
-        version = self.version.get(w, 0) + 1
-        self.version[w] = version
-        if t is None:
-            self.times.pop(w, None)
-            return
-        self.times[w] = t
-        order = self.order.setdefault(w, len(self.order))
-        heapq.heappush(self.heap, (-t, order, w, version))
+        self.version[w] = self.version.get(w, 0) + 1
+        if t is not None:
+            order = self.order.setdefault(w, len(self.order))
+            heapq.heappush(self.heap, (-t, order, w, self.version[w]))
 
     def top(self, k: int) -> list[tuple[float, Hashable]]:
         """The ``k`` largest times with their holders, the largest first."""
         found: list[tuple[float, int, Hashable, int]] = []
         while self.heap and len(found) < k:
             entry = heapq.heappop(self.heap)
-            if self.version.get(entry[2]) == entry[3] and entry[2] in self.times:
+            if self.version[entry[2]] == entry[3]:
                 found.append(entry)
         for entry in found:
             heapq.heappush(self.heap, entry)
