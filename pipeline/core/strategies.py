@@ -437,7 +437,7 @@ def _worth_their_shards(
             rest_rebuilt = rebuilt
             undone = ((source, counts[source] + rows), (destination, counts[destination] - rows))
             for w, n in undone:
-                if n:
+                if n:  # _worker_epoch_s, inlined: this loop prices every candidate
                     t = fixed_s.get(w, 0.0) + n / scores[w]
                     if t > worst:
                         worst = t
