@@ -14,9 +14,12 @@ import threading
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hmdspt.core.config import TrainerConfig
 from hmdspt.core.nn import MLP
+from hmdspt.core.rounds import first_wave_ramp, round_schedule, round_share
 from hmdspt.core.runlog import read_events
 from hmdspt.parallel import shards
 from hmdspt.parallel.trainer import Trainer
@@ -90,6 +93,66 @@ def test_rounds_train_the_first_wave_while_the_rest_travels_and_every_row_once_a
         assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
     assert sum(trainer.final_counts.values()) == N_ROWS
     assert events[-1]["status"] == "completed"
+
+
+def test_a_first_round_longer_than_the_first_wave_is_halved_until_the_wave_covers_it(
+    client, held_second_wave, tmp_path
+):
+    # Four rounds in the first epoch and an eighth landed: the first round would need a
+    # quarter and wait for the rest. A ramp round of an eighth starts on what landed.
+    X, Y = _data()
+    log = tmp_path / "ramp.jsonl"
+    trainer = _trainer(client, rounds_per_epoch=4, first_wave_fraction=0.125, run_log=str(log))
+    # Should round one wait for the rest after all (the old rule), let it go after a while
+    # so that the test fails on its assertions rather than hangs for the fixture's 60 s.
+    fallback = threading.Timer(5.0, held_second_wave.set)
+    fallback.start()
+    pending_in_round_one = []
+
+    def on_round(record):
+        if record.round == 1:
+            pending_in_round_one.append(
+                sum(trainer.waves.pending_rows(w) for w in trainer.staged.futures)
+            )
+            held_second_wave.set()
+
+    try:
+        trainer.fit(X, Y, max_epochs=2, on_round=on_round)
+    finally:
+        fallback.cancel()
+    events = read_events(log)
+    (staging,) = [e for e in events if e["event"] == "partition" and e["round"] == 0]
+    assert pending_in_round_one == [staging["second_wave"]] and staging["second_wave"] > 0
+    rounds = [e for e in events if e["event"] == "round"]
+    assert len([r for r in rounds if r["epoch"] == 1]) == len(round_schedule(4, 1))
+    for name, w in rounds[0]["workers"].items():
+        assert w["rows"] == -(-staging["rows"][name] // 8), (name, w, staging["rows"])
+    assert len([r for r in rounds if r["epoch"] == 2]) == 4  # the ramp is epoch one's
+    for epoch, seen in trainer.rows_seen.items():
+        assert (seen == 1).all(), f"epoch {epoch}: rows seen {np.bincount(seen)} times"
+
+
+@given(
+    rounds_per_epoch=st.integers(1, 16),
+    ramp=st.integers(0, 3),
+    extra=st.integers(0, 4),
+    workers=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 50_000)), max_size=4),
+)
+def test_the_first_wave_ramp_is_the_fewest_halvings_that_cover_the_landed_rows(
+    rounds_per_epoch, ramp, extra, workers
+):
+    landed = {i: n for i, (n, _) in enumerate(workers)}
+    pending = {i: n for i, (_, n) in enumerate(workers)}
+    most = ramp + extra
+
+    def covered(k: int) -> bool:
+        rounds_left = rounds_per_epoch * 2**k
+        return all(round_share(landed[w], pending[w], rounds_left) <= landed[w] for w in landed)
+
+    k = first_wave_ramp(rounds_per_epoch, ramp, most, landed, pending)
+    assert ramp <= k <= most
+    assert covered(k) or k == most
+    assert k == ramp or not covered(k - 1)
 
 
 def test_one_wave_when_the_fraction_is_one(client, tmp_path):

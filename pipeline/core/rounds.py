@@ -11,6 +11,7 @@ costs").
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_LOCAL_STEPS",
     "SYNC_BUDGET",
     "RoundSize",
+    "first_wave_ramp",
     "ramp_length",
     "round_schedule",
     "round_share",
@@ -183,6 +185,37 @@ def ramp_length(round_s: float, first_round_s: float, min_rounds: int, max_round
         return 0
     needed = math.ceil(math.log2(round_s / first_round_s))
     return min(max_rounds, max(min_rounds, needed))
+
+
+def first_wave_ramp(
+    rounds_per_epoch: int,
+    ramp_rounds: int,
+    max_ramp_rounds: int,
+    landed: Mapping[Hashable, int],
+    pending: Mapping[Hashable, int],
+) -> int:
+    """``ramp_rounds``, raised (up to ``max_ramp_rounds``) until the epoch's first round
+    draws each worker's share from the rows that have ``landed`` on it alone, not those
+    still ``pending`` (a second staging wave).
+
+    A first round whose share the landed rows cannot cover waits for the rest of the rows
+    before it starts (:meth:`hmdspt.parallel.waves.StagingWaves.settle`); a shorter first
+    round starts at once and the rest lands while it trains. Each step halves the first
+    round (:func:`round_schedule`).
+
+    >>> first_wave_ramp(4, 0, 5, {"a": 125}, {"a": 875})  # 1/8 landed: one ramp round
+    1
+    >>> first_wave_ramp(1, 3, 5, {"a": 125}, {"a": 875}), first_wave_ramp(4, 0, 5, {}, {})
+    (3, 0)
+    """
+    ramp = ramp_rounds
+    while ramp < max_ramp_rounds and any(
+        round_share(landed.get(w, 0), n, rounds_per_epoch * 2**ramp) > landed.get(w, 0)
+        for w, n in pending.items()
+        if n
+    ):
+        ramp += 1
+    return ramp
 
 
 def round_share(due: int, pending: int, rounds_left: int) -> int:

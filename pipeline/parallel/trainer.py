@@ -48,7 +48,7 @@ from hmdspt.core.checkpoint import (
 from hmdspt.core.config import COMPRESSION_MODES, TrainerConfig
 from hmdspt.core.costs import MoveCost, RoundCostModel
 from hmdspt.core.nn import MLP, divergence_message, make_optimizer, minibatch_pass
-from hmdspt.core.rounds import ramp_length, round_schedule
+from hmdspt.core.rounds import first_wave_ramp, ramp_length, round_schedule
 from hmdspt.core.runlog import RunLogWriter, new_run_id, read_events, summarize
 from hmdspt.core.shard import DataError
 from hmdspt.core.speed import OnlineScorer, WorkerEstimate
@@ -252,7 +252,14 @@ class Trainer:
         else:
             return cfg.ramp_rounds
         round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
-        return ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
+        ramp = ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
+        if not (cfg.ramp_rounds and self.waves.travelling()):
+            return ramp
+        # Rows still on their way: a first round the first wave covers starts at once, where
+        # a longer one waits for the rest (KDD (64, 32), four rounds in epoch one and no
+        # ramp, waited 0.2-0.35 s for it on the emulated cluster).
+        landed, pending = self.waves.landed_and_pending()
+        return first_wave_ramp(rounds_per_epoch, ramp, cfg.max_ramp_rounds, landed, pending)
 
     def _pilot_fit(self, X_pilot: np.ndarray, Y_pilot: np.ndarray) -> None:
         """Warm start: a short in-process fit on a small sample, before round one."""

@@ -54,6 +54,11 @@ class StagingWaves:
         self.join()
         return False
 
+    def landed_and_pending(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Each worker's rows due this epoch that have landed, and its rows on their way."""
+        pending = {} if self.wave is None else dict(self.wave.counts)
+        return dict(self.first_wave_due), pending
+
     def settle(self, rounds_left: int) -> None:
         """Before a round: join the wave once it has landed, or now (waiting for it) when a
         worker's share of this round needs rows that have not."""
