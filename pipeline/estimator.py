@@ -723,7 +723,11 @@ class _BaseBPNN(BaseEstimator):
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
         _check_numeric_columns(X)
         X, Y = self._validate_input(X, y, incremental, reset=first_pass)
-        X = self._to_model_dtype(X, dtype)
+        if target is None or sparse.issparse(X) or not X.flags.c_contiguous:
+            X = self._to_model_dtype(X, dtype)
+        # Else a cluster fit converts the rows as it sends them, shard by shard, and the
+        # driver holds no second X in the model's dtype. A Fortran-ordered X is still
+        # copied: gathering from it cost a fit more than the copy (docs/design.md).
         Y = np.ascontiguousarray(Y, dtype=dtype)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
@@ -1047,6 +1051,8 @@ class _BaseBPNN(BaseEstimator):
             X_val, y_val, self._val_weight = held_out
         elif early_stopping:
             X_train, X_val, Y_train, y_val = self._split_validation(X, Y)
+            # Scored every round: converted once (a cluster fit's X may be the user's).
+            X_val = self._to_model_dtype(X_val, self._model.dtype)
         else:
             X_train, Y_train, X_val, y_val = X, Y, None, None
 

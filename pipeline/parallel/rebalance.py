@@ -215,7 +215,7 @@ def add_rows(
         if not len(ids):
             continue
         rows = Shard(
-            X=_as_features(take_rows(X, ids), dtype),
+            X=_as_features(take_rows(X, ids, dtype), dtype),
             y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
             row_ids=ids,
         )

@@ -620,7 +620,7 @@ def _stage_memory(
 
     def shard_of(start: int, stop: int) -> Shard:
         ids = perm[start:stop].copy()
-        rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else take_rows(X, ids)
+        rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else take_rows(X, ids, dtype)
         return Shard(
             X=_as_features(rows, dtype),
             y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
