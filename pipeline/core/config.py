@@ -70,7 +70,9 @@ class TrainerConfig:
         short rounds, each twice the rows of the one before (see
         :func:`hmdspt.core.rounds.round_schedule`), unless a regular round is
         predicted shorter than ``2 * ramp_first_round_s`` (then none:
-        :func:`hmdspt.core.rounds.ramp_length`); 0 turns the ramp off.
+        :func:`hmdspt.core.rounds.ramp_length`), and more while the first round would
+        need rows of the second staging wave still on their way
+        (:func:`hmdspt.core.rounds.first_wave_ramp`); 0 turns the ramp off.
     ramp_first_round_s : float
         More ramp rounds, up to ``max_ramp_rounds``, while the first would carry more
         than this many seconds of compute (:func:`hmdspt.core.rounds.ramp_length`).
