@@ -21,6 +21,7 @@ __all__ = [
     "SYNC_BUDGET",
     "RoundSize",
     "first_wave_ramp",
+    "landed_rows_cover",
     "ramp_length",
     "round_schedule",
     "round_share",
@@ -209,13 +210,27 @@ def first_wave_ramp(
     (3, 0)
     """
     ramp = ramp_rounds
-    while ramp < max_ramp_rounds and any(
-        round_share(landed.get(w, 0), n, rounds_per_epoch * 2**ramp) > landed.get(w, 0)
-        for w, n in pending.items()
-        if n
+    while ramp < max_ramp_rounds and not landed_rows_cover(
+        landed, pending, rounds_per_epoch * 2**ramp
     ):
         ramp += 1
     return ramp
+
+
+def landed_rows_cover(
+    landed: Mapping[Hashable, int], pending: Mapping[Hashable, int], rounds_left: int
+) -> bool:
+    """Whether every worker's :func:`round_share` of a round with ``rounds_left`` rounds
+    left in the epoch can be drawn from its ``landed`` rows, its ``pending`` ones (still on
+    their way) counted in its share but not drawn.
+
+    >>> landed_rows_cover({"a": 125}, {"a": 875}, 8), landed_rows_cover({"a": 125}, {"a": 875}, 4)
+    (True, False)
+    """
+    return all(
+        round_share(landed.get(w, 0), n, rounds_left) <= landed.get(w, 0)
+        for w, n in pending.items()
+    )
 
 
 def round_share(due: int, pending: int, rounds_left: int) -> int:

@@ -241,7 +241,8 @@ class Trainer:
         return self.placement.initial_counts(n_rows, workers)
 
     def _ramp_rounds(self, rounds_per_epoch: int) -> int:
-        """How many ramp rounds open the first epoch (:func:`ramp_length`)."""
+        """How many ramp rounds open the first epoch (:func:`ramp_length`, raised by
+        :func:`first_wave_ramp` while rows are on their way)."""
         cfg = self.config
         counts = {a: n for a, n in self.staged.counts.items() if n}
         if counts and all(self.scorer.is_measured(a) for a in counts):
@@ -250,9 +251,13 @@ class Trainer:
             # Equal shares are not probed: the pilot's speed on the driver stands in.
             speeds = {a: self._pilot_speed for a in counts}
         else:
-            return cfg.ramp_rounds
-        round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
-        ramp = ramp_length(round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds)
+            speeds = {}  # neither: the configured number of ramp rounds
+        ramp = cfg.ramp_rounds
+        if speeds:
+            round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
+            ramp = ramp_length(
+                round_s, cfg.ramp_first_round_s, cfg.ramp_rounds, cfg.max_ramp_rounds
+            )
         if not (cfg.ramp_rounds and self.waves.travelling()):
             return ramp
         # Rows still on their way: a first round the first wave covers starts at once, where

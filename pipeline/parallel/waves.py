@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hmdspt.core.rounds import round_share
+from hmdspt.core.rounds import landed_rows_cover
 from hmdspt.parallel.rebalance import join_second_wave
 from hmdspt.parallel.shards import SecondWave
 
@@ -64,13 +64,10 @@ class StagingWaves:
         worker's share of this round needs rows that have not."""
         if self.wave is None:
             return
-        if not self.wave.landed():
-            due = self.first_wave_due
-            if all(
-                round_share(due.get(w, 0), n, rounds_left) <= due.get(w, 0)
-                for w, n in self.wave.counts.items()
-            ):
-                return
+        if not self.wave.landed() and landed_rows_cover(
+            self.first_wave_due, self.wave.counts, rounds_left
+        ):
+            return
         self.join()
 
     def join(self) -> None:
