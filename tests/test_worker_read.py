@@ -926,6 +926,33 @@ def _tasks_of(client: Client, call) -> list[str]:
         client.unregister_scheduler_plugin(_TaskCount.name)
 
 
+@pytest.mark.parametrize("aligned", [True, False])
+def test_blocks_of_x_y_and_weights_that_hold_the_same_rows_give_them_in_one_task(client, aligned):
+    """Each worker took its rows from every block of X, of y and of the weights in a task
+    each. Blocks that hold the same rows give them in one task a block and worker; blocks
+    cut otherwise still go one collection at a time (what the shards hold: the tests of
+    every source above)."""
+    rng = np.random.default_rng(0)
+    X, y, w = rng.random((3000, 6)), rng.integers(0, 3, 3000), rng.random(3000) + 0.5
+    y_chunks = 500 if aligned else 700
+    Xd, yd, wd = (
+        da.from_array(X, chunks=500),
+        da.from_array(y, chunks=y_chunks),
+        da.from_array(w, chunks=y_chunks),
+    )
+    model = BPNNClassifier((8,), max_iter=1, random_state=0, client=client)
+    names = _tasks_of(client, lambda: _fit(model, Xd, yd, sample_weight=wd))
+    together = sum(n.startswith("_take_rows_of_blocks") for n in names)
+    apart = sum(n.startswith("_take_block_rows") for n in names)
+    n_workers = len(client.scheduler_info()["workers"])
+    if aligned:
+        assert (together, apart) == (Xd.numblocks[0] * n_workers, 0), sorted(set(names))
+    else:
+        blocks = Xd.numblocks[0] + yd.numblocks[0] + wd.numblocks[0]
+        assert (together, apart) == (0, blocks * n_workers), sorted(set(names))
+    assert model.n_iter_ == 1 and model.score(X, y, sample_weight=w) > 0
+
+
 @pytest.mark.parametrize("Estimator", [BPNNClassifier, BPNNRegressor])
 def test_a_score_of_dask_rows_is_one_task_per_block_besides_the_rows_own(client, Estimator):
     """A score of Dask rows built a lazy graph of six tasks a block (features checked,
