@@ -49,7 +49,9 @@ class TrainerConfig:
     block_momentum : float
         Block momentum ``mu`` of the merged delta (``sync="hmdspt"`` only).
     block_lr : float
-        Step ``eta`` applied to the momentum (``sync="hmdspt"`` only).
+        Step ``eta`` applied to the momentum (``sync="hmdspt"`` only). Above 1 a fit can
+        diverge: 1.5 did in two of three fits of the embedded default (docs/design.md,
+        "Block momentum").
     normalize_steps : bool
         ``sync="hmdspt"``: normalise the merge by local step counts (FedNova); False
         uses the plain row-weighted average (for ablation).
