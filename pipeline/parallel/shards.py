@@ -126,8 +126,9 @@ def _take_block_rows(
     Runs next to the block. Returns ``(positions in the shard, row ids, values)``;
     features are cast to ``dtype`` here so the smaller array is what travels.
     """
-    pos, local = _block_positions(perm[start:stop], block_start, len(block))
-    return pos, perm[start:stop][pos], _block_values(block, local, dtype)
+    ids = perm[start:stop]
+    pos, local = _block_positions(ids, block_start, len(block))
+    return pos, ids[pos], _block_values(block, local, dtype)
 
 
 def _take_rows_of_blocks(
@@ -150,6 +151,11 @@ def _take_rows_of_blocks(
         (pos, gids, _block_values(y_block, local, None)),
         None if w_block is None else (pos, gids, _block_values(w_block, local, None)),
     )
+
+
+def _block_starts(lengths: Sequence[int]) -> list[int]:
+    """The first row of each block, from the blocks' lengths."""
+    return [int(o) for o in np.concatenate([[0], np.cumsum(lengths)[:-1]])]
 
 
 def _block_positions(ids: np.ndarray, block_start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -746,13 +752,12 @@ def _submit_pieces(
     cast: np.dtype | None,
 ) -> list[Future]:
     """One :func:`_take_block_rows` task per block for the shard ``perm[start:stop]``."""
-    offsets = [int(o) for o in np.concatenate([[0], np.cumsum(lengths)[:-1]])]
     # No worker restriction: Dask runs each piece next to its block. One map, one message
-    # to the scheduler for all the blocks (a submit each cost the driver about a millisecond).
+    # to the scheduler for all the blocks (a submit each cost the driver over a millisecond).
     return client.map(
         _take_block_rows,
         blocks,
-        offsets,
+        _block_starts(lengths),
         perm=perm,
         start=start,
         stop=stop,
@@ -1056,9 +1061,8 @@ class DaskReader(SourceReader):
         x_blocks, y_blocks = blocks[:n_x], blocks[n_x:n_xy]
         w_blocks = None if self._w_blocks is None else blocks[n_xy:]
         # Blocks of X, y and the weights that hold the same rows (a frame's columns, arrays
-        # of one chunking) give their pieces in one task a block: half the tasks.
+        # of one chunking) give their pieces in one task a block, not one a collection.
         together = self.y_lengths == self.x_lengths and self.w_lengths in (None, self.x_lengths)
-        offsets = [int(o) for o in np.concatenate([[0], np.cumsum(self.x_lengths)[:-1]])]
         futures = {}
         for w, (rows, start, stop) in plans.items():
             if together:
@@ -1067,7 +1071,7 @@ class DaskReader(SourceReader):
                     x_blocks,
                     y_blocks,
                     [None] * len(x_blocks) if w_blocks is None else w_blocks,
-                    offsets,
+                    _block_starts(self.x_lengths),
                     perm=rows,
                     start=start,
                     stop=stop,
