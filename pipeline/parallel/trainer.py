@@ -245,13 +245,7 @@ class Trainer:
         :func:`first_wave_ramp` while rows are on their way)."""
         cfg = self.config
         counts = {a: n for a, n in self.staged.counts.items() if n}
-        if counts and all(self.scorer.is_measured(a) for a in counts):
-            speeds = {a: self.scorer.score(a) for a in counts}
-        elif counts and self._pilot_speed:
-            # Equal shares are not probed: the pilot's speed on the driver stands in.
-            speeds = {a: self._pilot_speed for a in counts}
-        else:
-            speeds = {}  # neither: the configured number of ramp rounds
+        speeds = self._first_round_speeds(counts)
         ramp = cfg.ramp_rounds
         if speeds:
             round_s = max(n / rounds_per_epoch / speeds[a] for a, n in counts.items())
@@ -265,6 +259,15 @@ class Trainer:
         # ramp, waited 0.2-0.35 s for it on the emulated cluster).
         landed, pending = self.waves.landed_and_pending()
         return first_wave_ramp(rounds_per_epoch, ramp, cfg.max_ramp_rounds, landed, pending)
+
+    def _first_round_speeds(self, counts: dict[str, int]) -> dict[str, float]:
+        """The speeds that size the first round: the measured ones, or for equal shares
+        (not probed) the pilot's on the driver; none when neither is known."""
+        if counts and all(self.scorer.is_measured(a) for a in counts):
+            return {a: self.scorer.score(a) for a in counts}
+        if counts and self._pilot_speed:
+            return {a: self._pilot_speed for a in counts}
+        return {}
 
     def _pilot_fit(self, X_pilot: np.ndarray, Y_pilot: np.ndarray) -> None:
         """Warm start: a short in-process fit on a small sample, before round one."""
