@@ -1,9 +1,13 @@
-"""Every reference in code and docs to a design section points at one that exists."""
+"""Every reference in code and docs to a design section or a commit points at one that exists."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [
@@ -50,3 +54,30 @@ def test_every_cited_design_section_exists():
     assert cited, "no citation found: the pattern is wrong"
     missing = sorted((where, name) for where, name in cited if name not in sections)
     assert missing == [], missing
+
+
+# A commit cited by its abbreviated hash: 7-40 hex digits with a letter and a digit among them.
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+def test_every_commit_the_docs_cite_is_in_the_history():
+    """A commit the docs name (a prototype, a measured revision) can be checked out from any
+    clone of the repository: it is in the history of the checked-out branch, not only on a
+    branch that was deleted or never shared."""
+    if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: no history to look the commits up in")
+    if _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("a shallow clone holds only part of the history")
+    docs = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md")]
+    cited = {(str(p.relative_to(ROOT)), h) for p in docs for h in COMMIT.findall(p.read_text())}
+    assert cited, "no commit found: the pattern is wrong"
+    unreachable = sorted(
+        (where, commit)
+        for where, commit in cited
+        if _git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0
+    )
+    assert unreachable == [], unreachable
