@@ -11,6 +11,7 @@ and has the sync strategy combine what came back.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class RoundRunner:
         t = self.trainer
         t.round_index += 1
         t._sync_membership()
+        t._join_tails(wait=rounds_left <= 1 or epoch_end)  # PROTOTYPE
         spec = t._spec(new_epoch, rounds_left)  # through the trainer: subclasses hook it
         start = time.perf_counter()
         results, arrived, lost = self._call_workers(spec, start)
@@ -245,7 +247,9 @@ class RoundRunner:
                 addr: {
                     "shard_key": t.staged.futures[addr].key,
                     "params": t.model.params,
-                    "spec": spec,
+                    "spec": replace(spec, pending_rows=t._pending.get(addr, 0))
+                    if t._pending
+                    else spec,
                 }
                 for addr in to_call
             },

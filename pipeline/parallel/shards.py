@@ -39,6 +39,7 @@ range would be cheaper on I/O but would give each worker a contiguous, biased bl
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
@@ -387,6 +388,7 @@ def stage(
     csv_chunksize: int = 65_536,
     skip_lost: bool = False,
     key_name: Callable[[str], str] | None = None,
+    head_fraction: float | None = None,
 ) -> StagedData:
     """Put the rows of a data set on the workers, ``counts[address]`` rows each.
 
@@ -478,7 +480,9 @@ def stage(
         raise ValueError("x_key= applies to .npz paths only")
     if _is_dask(X) or _is_dask(y):
         return _stage_dask(client, X, y, counts, seed, target, dtype, skip_lost)
-    return _stage_memory(client, X, y, counts, seed, target, dtype, skip_lost, key_name)
+    return _stage_memory(
+        client, X, y, counts, seed, target, dtype, skip_lost, key_name, head_fraction
+    )
 
 
 def _stage_memory(
@@ -491,6 +495,7 @@ def _stage_memory(
     dtype: np.dtype,
     skip_lost: bool = False,
     key_name: Callable[[str], str] | None = None,
+    head_fraction: float | None = None,
 ) -> StagedData:
     feature_names = None
     if isinstance(X, pd.DataFrame):
@@ -534,6 +539,14 @@ def _stage_memory(
             lost.add(worker)
 
     bounds = _bounds(counts)
+    tail_bounds: dict[str, tuple[int, int]] = {}
+    if head_fraction is not None:  # PROTOTYPE: heads first, tails in the background
+        for w, (start, stop) in list(bounds.items()):
+            cut = start + max(1, int(math.ceil(head_fraction * (stop - start))))
+            cut = min(cut, stop)
+            bounds[w] = (start, cut)
+            if cut < stop:
+                tail_bounds[w] = (cut, stop)
     order = sorted((w for w in bounds if w not in lost), key=lambda w: -counts[w])
     try:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hmdspt-stage") as sender:
@@ -572,9 +585,31 @@ def _stage_memory(
         raise
     futures = {w: futures[w] for w in counts if w in futures}  # in the workers' order
     staged_counts = {w: counts[w] for w in futures}
-    return StagedData(
+    staged = StagedData(
         client, futures, staged_counts, n_features, feature_names, y is not None, seed, "memory"
     )
+    staged.tails, staged.tail_counts = {}, {}
+    if tail_bounds:
+        tailer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hmdspt-tails")
+
+        def send_tail(w: str) -> Future:
+            start, stop = tail_bounds[w]
+            ids = perm[start:stop].copy()
+            rows = X.iloc[ids].to_numpy(dtype=dtype) if hasattr(X, "iloc") else take_rows(X, ids)
+            shard = Shard(
+                X=_as_features(rows, dtype),
+                y=None if y is None else np.ascontiguousarray(take_rows(y, ids)),
+                row_ids=ids,
+            )
+            key = None if key_name is None else key_name(w)
+            return scatter_to(client, shard, w, key=key)
+
+        for w in sorted(tail_bounds, key=lambda w: -counts[w]):
+            if w in futures:
+                staged.tails[w] = tailer.submit(send_tail, w)
+                staged.tail_counts[w] = tail_bounds[w][1] - tail_bounds[w][0]
+        tailer.shutdown(wait=False)
+    return staged
 
 
 def _dask_blocks(client: Client, obj: Any) -> tuple[list[Future], list[int]]:

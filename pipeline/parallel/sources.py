@@ -61,6 +61,7 @@ class InMemory:
         dtype: Any,
         skip_lost: bool,
         key_name: Callable[[str], str] | None,
+        head_fraction: float | None = None,
     ) -> StagedData:
         """The rows on the workers, ``counts[worker]`` each (:func:`shards.stage`)."""
         return shards.stage(
@@ -72,6 +73,7 @@ class InMemory:
             dtype=dtype,
             skip_lost=skip_lost,
             key_name=key_name,
+            head_fraction=head_fraction,
         )
 
     def add_rows(

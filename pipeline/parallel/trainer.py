@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 import warnings
 from collections import Counter
@@ -580,6 +581,8 @@ class Trainer:
         counts = self._initial_counts(n_rows, workers)
         self._source = source  # kept to re-stage the rows of a lost worker
         t0 = time.perf_counter()
+        head = os.environ.get("HMDSPT_PROTO_HEAD")  # PROTOTYPE: stream the tails
+        extra = {"head_fraction": float(head)} if head and isinstance(source, InMemory) else {}
         self.staged = source.stage(
             self.client,
             counts,
@@ -587,7 +590,10 @@ class Trainer:
             dtype=self.model.dtype,
             skip_lost=True,
             key_name=self._shard_key,
+            **extra,
         )
+        self._tails = dict(getattr(self.staged, "tails", {}) or {})
+        self._pending = dict(getattr(self.staged, "tail_counts", {}) or {})
         staging_s = time.perf_counter() - t0
         self.move_cost.observe(sum(self.staged.counts.values()), staging_s)
         skipped = {"unprobed": self.unprobed} if self.unprobed else {}
@@ -884,6 +890,34 @@ class Trainer:
     def _spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
         return self.rounds.spec(new_epoch, rounds_left)
 
+    _tails: dict = {}
+    _pending: dict = {}
+
+    def _join_tails(self, wait: bool) -> None:
+        """PROTOTYPE: once every tail has landed (or now, with ``wait``), each worker's
+        head and tail become one shard."""
+        from distributed import wait as wait_futures
+
+        from hmdspt.parallel.worker import join_shard
+
+        if not self._tails or (not wait and not all(j.done() for j in self._tails.values())):
+            return
+        t0 = time.perf_counter()
+        joined, parts = {}, []
+        for w, job in self._tails.items():
+            tail, head = job.result(), self.staged.futures[w]
+            joined[w] = self.client.submit(
+                join_shard, head, tail, key=self._shard_key(w), workers=[w], pure=False
+            )
+            parts += [head, tail]
+        wait_futures(list(joined.values()))
+        for w, f in joined.items():
+            self.staged.futures[w] = f
+        for f in parts:
+            f.release()
+        self._tails, self._pending = {}, {}
+        self._joined_at = (self.round_index, time.perf_counter() - t0, wait)
+
     def _round(
         self,
         epoch: int,
@@ -989,6 +1023,8 @@ class Trainer:
     # -------------------------------------------------------------- rebalance
     def _maybe_rebalance(self, force: bool = False, epochs_left: float | None = None) -> None:
         """Move rows when the partition policy's plan says so (:class:`Placement`)."""
+        if self._tails:  # PROTOTYPE: no re-balance while tails travel
+            return
         self.placement.maybe_rebalance(force, epochs_left)
 
     def _log_partition(self, round_: int, moves: list, seconds: float, **extra: Any) -> None:

@@ -1145,6 +1145,7 @@ class RoundSpec:
     remember_speed: bool = False
     speed_memory_s: float = 0.0
     quiet_workers: bool = False
+    pending_rows: int = 0  # PROTOTYPE: rows of the shard still on their way
 
 
 def _new_run_state(spec: RoundSpec) -> dict[str, Any]:
@@ -1287,7 +1288,8 @@ def run_round(
     if spec.new_epoch:
         shard.done[:] = False
     due = np.flatnonzero(~shard.done)
-    quota = -(-len(due) // max(spec.rounds_left, 1))
+    quota = -(-(len(due) + spec.pending_rows) // max(spec.rounds_left, 1))
+    quota = min(quota, len(due))
     # Deterministic per shard and round, different across workers (first row id).
     first_row = int(shard.row_ids[0]) if len(shard) else 0
     rng = np.random.default_rng([spec.seed, spec.round, first_row])
@@ -1314,9 +1316,22 @@ def run_round(
         "steps": int(steps),
         "loss_sum": float(loss_sum),
         "busy_s": busy_s,
-        "due_left": int(len(due) - quota),
+        "due_left": int(len(due) - quota + spec.pending_rows),
         "bytes_out": int(payload.nbytes),
     }
     if spec.return_row_ids:
         result["row_ids"] = shard.row_ids[rows]
     return result
+
+
+def join_shard(head, tail):
+    """PROTOTYPE: a worker's head and tail of its staged rows as one shard; the head's
+    rows trained this epoch stay marked."""
+    from hmdspt.core.shard import Shard
+
+    return Shard(
+        X=np.concatenate([head.X, tail.X]),
+        y=None if head.y is None else np.concatenate([head.y, tail.y]),
+        row_ids=np.concatenate([head.row_ids, tail.row_ids]),
+        done=np.concatenate([head.done, np.zeros(len(tail.row_ids), dtype=bool)]),
+    )
