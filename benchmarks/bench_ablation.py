@@ -43,6 +43,7 @@ VARIANTS = {
     "- proportional partitioning": {"partition": "equal"},
     "- step-normalised merge": {"normalize_steps": False},
     "- block momentum": {"block_momentum": 0.0},
+    "- larger local steps": {"local_lr_scale": 1.0},
     "- remembered speeds (probed)": {"reuse_speeds_s": 0.0},
     "- warm start": {"warm_start_rows": 0},
     "- ramp rounds": {"ramp_rounds": 0},

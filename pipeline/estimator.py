@@ -108,6 +108,7 @@ _TRAINER_OPTION_CONSTRAINTS: dict = {
     "max_local_steps": [Interval(Integral, 1, None, closed="left")],
     "early_local_steps": [Interval(Integral, 1, None, closed="left")],
     "block_lr": [Interval(Real, 0, None, closed="neither")],
+    "local_lr_scale": [Interval(Real, 0, None, closed="neither")],
     "normalize_steps": ["boolean"],
     "topk": [Interval(Real, 0, 1, closed="right")],
     "warm_start_rows": [Interval(Integral, 0, None, closed="left")],
@@ -1706,7 +1707,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
-        ``max_local_steps``, ``early_local_steps``, ``block_lr``,
+        ``max_local_steps``, ``early_local_steps``, ``block_lr``, ``local_lr_scale``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
         ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,
@@ -2109,7 +2110,7 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         Cluster fits: the round loop's rarely changed settings, by name
         (:data:`hmdspt.estimator.TRAINER_OPTIONS`; each one's meaning and default are those
         of :class:`hmdspt.core.config.TrainerConfig`): ``sync_budget``,
-        ``max_local_steps``, ``early_local_steps``, ``block_lr``,
+        ``max_local_steps``, ``early_local_steps``, ``block_lr``, ``local_lr_scale``,
         ``normalize_steps``, ``topk``, ``warm_start_rows``, ``warm_start_epochs``,
         ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
         ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,

@@ -50,6 +50,7 @@ NON_DEFAULT_OPTIONS = {
     "max_local_steps": 64,
     "early_local_steps": 256,
     "block_lr": 0.9,
+    "local_lr_scale": 1.1,
     "normalize_steps": False,
     "topk": 0.25,
     "warm_start_rows": 300,

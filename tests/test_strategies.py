@@ -146,6 +146,7 @@ def test_sync_strategies_differ_where_the_trainer_branched():
     )
     assert [s.rounds_per_epoch(1000, 128, cfg) for s in (hmdspt, local, bsp)] == [3, 3, 8]
     assert [s.worker_alpha(1e-3) for s in (hmdspt, local, bsp)] == [1e-3, 1e-3, 0.0]
+    assert [s.local_lr_scale(cfg) for s in (hmdspt, local, bsp)] == [cfg.local_lr_scale, 1, 1]
     m = hmdspt.make_momentum(cfg)
     assert (m.momentum, m.lr) == (0.7, 0.9)
     for plain in (local.make_momentum(cfg), bsp.make_momentum(cfg)):
@@ -498,14 +499,16 @@ def _fit(client, data, **params):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return BPNNClassifier(
-            (16,),
-            client=client,
-            max_iter=3,
-            random_state=0,
-            batch_size=100,
-            rounds_per_epoch=2,
-            learning_rate_init=0.003,
-            **params,
+            **{
+                "hidden_layer_sizes": (16,),
+                "client": client,
+                "max_iter": 3,
+                "random_state": 0,
+                "batch_size": 100,
+                "rounds_per_epoch": 2,
+                "learning_rate_init": 0.003,
+                **params,
+            }
         ).fit(X[:1000], y[:1000])
 
 
@@ -521,6 +524,27 @@ def test_a_registered_toy_sync_strategy_trains(client, data, toys):
     assert not np.array_equal(local.coefs_[0], toy.coefs_[0])  # its momentum is used
     assert toy.loss_curve_[-1] < toy.loss_curve_[0]
     assert toy.score(data[0][1000:], data[1][1000:]) > 0.5
+
+
+def test_hmdspt_workers_step_at_the_models_learning_rate_times_local_lr_scale(client, data):
+    # Equal shares, no warm start (the driver's pilot fit steps at the model's own rate) and
+    # no ramp (its rounds are sized by time): nothing depends on timings.
+    def fit(sync, learning_rate, scale):
+        options = {"warm_start_rows": 0, "ramp_rounds": 0, "local_lr_scale": scale}
+        return _fit(
+            client,
+            data,
+            sync=sync,
+            partition="equal",
+            learning_rate_init=learning_rate,
+            trainer_options=options,
+        ).coefs_[0]
+
+    scaled = fit("hmdspt", 0.003, 2.0)
+    np.testing.assert_array_equal(scaled, fit("hmdspt", 0.006, 1.0))
+    assert not np.array_equal(scaled, fit("hmdspt", 0.003, 1.0))
+    # Local averaging, a baseline, keeps the model's rate.
+    np.testing.assert_array_equal(fit("local", 0.003, 2.0), fit("local", 0.003, 1.0))
 
 
 def test_a_registered_toy_partition_policy_trains_and_simulates(client, data, toys, tmp_path):

@@ -52,6 +52,11 @@ class TrainerConfig:
         Step ``eta`` applied to the momentum (``sync="hmdspt"`` only). Above 1 a fit can
         diverge: 1.5 did in two of three fits of the embedded default (docs/design.md,
         "Block momentum").
+    local_lr_scale : float
+        ``sync="hmdspt"``: the workers' local steps use the model's learning rate times
+        this. A merge averages the workers' deltas, so it moves the model about as far as
+        one worker's steps; the larger local step makes up part of the rest
+        (docs/design.md, "Block momentum").
     normalize_steps : bool
         ``sync="hmdspt"``: normalise the merge by local step counts (FedNova); False
         uses the plain row-weighted average (for ablation).
@@ -165,6 +170,7 @@ class TrainerConfig:
     early_local_steps: int = EARLY_LOCAL_STEPS
     block_momentum: float = 0.5
     block_lr: float = 1.0
+    local_lr_scale: float = 1.3
     normalize_steps: bool = True
     compression: str = "none"
     topk: float = 0.1

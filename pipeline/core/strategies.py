@@ -116,6 +116,10 @@ class SyncStrategy:
         """The L2 penalty the workers apply in their rounds: the model's own."""
         return alpha
 
+    def local_lr_scale(self, config: Any) -> float:
+        """Factor on the model's learning rate in the workers' local steps: 1."""
+        return 1.0
+
     def combine(
         self,
         model: MLP,
@@ -179,7 +183,8 @@ class LocalSync(SyncStrategy):
 class HMDSPTSync(LocalSync):
     """``"hmdspt"``: deltas after local steps, merged normalised by step counts (FedNova,
     ``config.normalize_steps``), then block momentum (BMUF: ``config.block_momentum``,
-    ``config.block_lr``); a fresh fit starts from a warm-start pilot fit and ramp rounds."""
+    ``config.block_lr``), the workers' steps scaled by ``config.local_lr_scale``; a fresh fit
+    starts from a warm-start pilot fit and ramp rounds."""
 
     warm_starts = True
     ramps = True
@@ -190,6 +195,11 @@ class HMDSPTSync(LocalSync):
 
     def make_momentum(self, config: Any) -> merge.BlockMomentum:
         return merge.BlockMomentum(momentum=config.block_momentum, lr=config.block_lr)
+
+    def local_lr_scale(self, config: Any) -> float:
+        """``config.local_lr_scale``: a merge moves the model about as far as one worker's
+        steps, so each step is made larger."""
+        return float(config.local_lr_scale)
 
 
 class BSPSync(SyncStrategy):

@@ -58,6 +58,9 @@ class RoundRunner:
     def spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
         t = self.trainer
         cfg = t.config
+        lr_scale = t.sync_strategy.local_lr_scale(cfg)
+        optimizer = dict(t.optimizer_kwargs)
+        optimizer["learning_rate_init"] *= lr_scale
         return RoundSpec(
             run_id=t.run_id,
             layer_sizes=t.model.layer_sizes,
@@ -65,12 +68,12 @@ class RoundRunner:
             out_activation=t.model.out_activation,
             alpha=t.sync_strategy.worker_alpha(t.model.alpha),
             dtype=t.model.dtype.name,
-            optimizer=t.optimizer_kwargs,
+            optimizer=optimizer,
             batch_size=t.batch_size,
             mode=t.sync_strategy.worker_mode,
             new_epoch=new_epoch,
             rounds_left=rounds_left,
-            learning_rate=t.driver_optimizer.learning_rate,
+            learning_rate=t.driver_optimizer.learning_rate * lr_scale,
             compression=cfg.compression,
             topk=cfg.topk,
             seed=cfg.seed,
