@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.requires import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [
@@ -69,9 +69,9 @@ def test_every_commit_the_docs_cite_is_in_the_history():
     clone of the repository: it is in the history of the checked-out branch, not only on a
     branch that was deleted or never shared."""
     if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
-        pytest.skip("not a git checkout: no history to look the commits up in")
+        missing("git and a git clone of the repository: the history to look the commits up in")
     if _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
-        pytest.skip("a shallow clone holds only part of the history")
+        missing("a full clone (git fetch --unshallow): a shallow one holds part of the history")
     docs = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md")]
     cited = {(str(p.relative_to(ROOT)), h) for p in docs for h in COMMIT.findall(p.read_text())}
     assert cited, "no commit found: the pattern is wrong"

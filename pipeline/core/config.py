@@ -227,6 +227,8 @@ class TrainerConfig:
                 f"max_ramp_rounds must be >= ramp_rounds, got {self.max_ramp_rounds} < "
                 f"{self.ramp_rounds}"
             )
+        if not self.local_lr_scale > 0:
+            raise ValueError(f"local_lr_scale must be > 0, got {self.local_lr_scale}")
         if not self.ramp_first_round_s > 0:
             raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
         if not self.reuse_speeds_s >= 0:
