@@ -170,7 +170,7 @@ class TrainerConfig:
     early_local_steps: int = EARLY_LOCAL_STEPS
     block_momentum: float = 0.5
     block_lr: float = 1.0
-    local_lr_scale: float = 1.3
+    local_lr_scale: float = 1.5
     normalize_steps: bool = True
     compression: str = "none"
     topk: float = 0.1
