@@ -531,13 +531,14 @@ def test_a_registered_toy_sync_strategy_trains(client, data, toys):
 def test_hmdspt_workers_step_at_the_models_learning_rate_times_local_lr_scale(client, data):
     # Equal shares, no warm start (the driver's pilot fit steps at the model's own rate) and
     # no ramp (its rounds are sized by time): nothing depends on timings.
-    def fit(sync, learning_rate, scale):
+    def fit(sync, learning_rate, scale, solver="adam"):
         options = {"warm_start_rows": 0, "ramp_rounds": 0, "local_lr_scale": scale}
         return _fit(
             client,
             data,
             sync=sync,
             partition="equal",
+            solver=solver,
             learning_rate_init=learning_rate,
             trainer_options=options,
         ).coefs_[0]
@@ -547,6 +548,11 @@ def test_hmdspt_workers_step_at_the_models_learning_rate_times_local_lr_scale(cl
     assert not np.array_equal(scaled, fit("hmdspt", 0.003, 1.0))
     # Local averaging, a baseline, keeps the model's rate.
     np.testing.assert_array_equal(fit("local", 0.003, 2.0), fit("local", 0.003, 1.0))
+    # SGD keeps it too: its step grows with the gradient and the momentum, not bounded by
+    # the rate as Adam's is.
+    sgd = fit("hmdspt", 0.01, 2.0, solver="sgd")
+    np.testing.assert_array_equal(sgd, fit("hmdspt", 0.01, 1.0, solver="sgd"))
+    assert not np.array_equal(sgd, fit("hmdspt", 0.02, 1.0, solver="sgd"))
 
 
 def test_a_registered_toy_partition_policy_trains_and_simulates(client, data, toys, tmp_path):

@@ -54,9 +54,10 @@ class TrainerConfig:
         "Block momentum").
     local_lr_scale : float
         ``sync="hmdspt"``: the workers' local steps use the model's learning rate times
-        this. A merge averages the workers' deltas, so it moves the model about as far as
-        one worker's steps; the larger local step makes up part of the rest
-        (docs/design.md, "Block momentum").
+        this, with ``solver="adam"`` (whose steps are bounded by the rate); SGD keeps the
+        model's rate (at rate 0.3 a 1.5x step diverged). A merge averages the workers'
+        deltas, so it moves the model about as far as one worker's steps; the larger local
+        step makes up part of the rest (docs/design.md, "Block momentum").
     normalize_steps : bool
         ``sync="hmdspt"``: normalise the merge by local step counts (FedNova); False
         uses the plain row-weighted average (for ablation).

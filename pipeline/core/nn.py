@@ -481,6 +481,10 @@ class _Optimizer:
         Dtype of the state vectors (that of the parameters).
     """
 
+    #: Whether ``sync="hmdspt"`` may scale the workers' local steps
+    #: (``TrainerConfig.local_lr_scale``): only where a step is bounded by the learning rate.
+    scales_local_steps: bool = False
+
     def __init__(self, n_params: int, learning_rate_init: float, dtype) -> None:
         self.learning_rate_init = float(learning_rate_init)
         self.learning_rate = float(learning_rate_init)
@@ -595,6 +599,10 @@ class AdamOptimizer(_Optimizer):
     dtype : numpy dtype, default=np.float32
         Dtype of the moment vectors.
     """
+
+    # A step moves each parameter by about the learning rate whatever the gradient's size,
+    # so a larger local step stays bounded (SGD's grows with the gradient and momentum).
+    scales_local_steps = True
 
     def __init__(
         self,

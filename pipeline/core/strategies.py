@@ -198,7 +198,8 @@ class HMDSPTSync(LocalSync):
 
     def local_lr_scale(self, config: Any) -> float:
         """``config.local_lr_scale``: a merge moves the model about as far as one worker's
-        steps, so each step is made larger."""
+        steps, so each step is made larger (where the optimizer allows it:
+        ``scales_local_steps`` of :mod:`hmdspt.core.nn`'s optimizers)."""
         return float(config.local_lr_scale)
 
 
