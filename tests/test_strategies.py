@@ -146,7 +146,9 @@ def test_sync_strategies_differ_where_the_trainer_branched():
     )
     assert [s.rounds_per_epoch(1000, 128, cfg) for s in (hmdspt, local, bsp)] == [3, 3, 8]
     assert [s.worker_alpha(1e-3) for s in (hmdspt, local, bsp)] == [1e-3, 1e-3, 0.0]
-    assert [s.local_lr_scale(cfg) for s in (hmdspt, local, bsp)] == [cfg.local_lr_scale, 1, 1]
+    adam = make_optimizer("adam", 1, learning_rate_init=1e-3)
+    scales = [s.local_lr_scale(cfg, adam) for s in (hmdspt, local, bsp)]
+    assert scales == [cfg.local_lr_scale, 1, 1]
     with pytest.raises(ValueError, match="local_lr_scale must be > 0, got 0"):
         TrainerConfig(local_lr_scale=0).validate()
     m = hmdspt.make_momentum(cfg)

@@ -116,7 +116,7 @@ class SyncStrategy:
         """The L2 penalty the workers apply in their rounds: the model's own."""
         return alpha
 
-    def local_lr_scale(self, config: Any) -> float:
+    def local_lr_scale(self, config: Any, optimizer: Any) -> float:
         """Factor on the model's learning rate in the workers' local steps: 1."""
         return 1.0
 
@@ -196,11 +196,11 @@ class HMDSPTSync(LocalSync):
     def make_momentum(self, config: Any) -> merge.BlockMomentum:
         return merge.BlockMomentum(momentum=config.block_momentum, lr=config.block_lr)
 
-    def local_lr_scale(self, config: Any) -> float:
-        """``config.local_lr_scale``: a merge moves the model about as far as one worker's
-        steps, so each step is made larger (where the optimizer allows it:
-        ``scales_local_steps`` of :mod:`hmdspt.core.nn`'s optimizers)."""
-        return float(config.local_lr_scale)
+    def local_lr_scale(self, config: Any, optimizer: Any) -> float:
+        """``config.local_lr_scale`` where ``optimizer`` (one of :mod:`hmdspt.core.nn`'s)
+        ``scales_local_steps``, else 1: a merge moves the model about as far as one worker's
+        steps, so each step is made larger where that keeps it bounded (Adam)."""
+        return float(config.local_lr_scale) if optimizer.scales_local_steps else 1.0
 
 
 class BSPSync(SyncStrategy):

@@ -58,10 +58,7 @@ class RoundRunner:
     def spec(self, new_epoch: bool, rounds_left: int) -> RoundSpec:
         t = self.trainer
         cfg = t.config
-        # The strategy's scale, where the optimizer's steps stay bounded under it (Adam).
-        lr_scale = (
-            t.sync_strategy.local_lr_scale(cfg) if t.driver_optimizer.scales_local_steps else 1.0
-        )
+        lr_scale = t.sync_strategy.local_lr_scale(cfg, t.driver_optimizer)
         optimizer = dict(t.optimizer_kwargs)
         optimizer["learning_rate_init"] *= lr_scale
         return RoundSpec(
