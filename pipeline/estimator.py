@@ -293,9 +293,13 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
 
 
 def _emulation_of(client) -> dict | None:
-    """The emulated heterogeneity of a local cluster, if any (recorded in the run log)."""
+    """The emulated heterogeneity of a local cluster, if any (recorded in the run log).
+
+    None also for a local cluster whose workers all run at full speed
+    (``local_cluster(n_workers=...)``): nothing about it is emulated.
+    """
     emulation = getattr(getattr(client, "cluster", None), "emulation", None)
-    if emulation is None:
+    if emulation is None or all(k == 1 for k in emulation.slowdowns.values()):
         return None
     return {"speeds": list(emulation.speeds.values()), "method": str(emulation.method)}
 

@@ -22,6 +22,7 @@ from threadpoolctl import threadpool_info
 
 from hmdspt.core.nn import MLP
 from hmdspt.core.process import numpy_huge_page_advice
+from hmdspt.estimator import _emulation_of
 from hmdspt.parallel.client import scheduler_workers
 from hmdspt.parallel.cluster import EmulatedLocalCluster, connect, local_cluster
 from hmdspt.parallel.trainer import Trainer, TrainerConfig
@@ -588,3 +589,28 @@ def test_a_task_cancelled_by_the_commands_closing_cluster_logs_nothing():
             for f in [f for f in logger.filters if isinstance(f, QuietWorkerLogs)]:
                 logger.removeFilter(f)
     assert not [m for m in messages if "CancelledError" in m], messages
+
+
+def test_n_workers_as_for_local_cluster_gives_that_many_workers_at_full_speed():
+    with local_cluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+        assert len(scheduler_workers(client)) == 2
+        assert set(cluster.emulation.slowdowns.values()) == {1.0}
+        assert _emulation_of(client) is None  # nothing emulated: no "emulated" label
+    with local_cluster((2, 1), n_workers=2, processes=False) as cluster, Client(cluster) as c:
+        assert cluster.emulation.slowdowns == {"worker-0": 1.0, "worker-1": 2.0}
+        assert _emulation_of(c)["speeds"] == [2.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("speeds", "n_workers", "match"),
+    [
+        ((4, 2, 1), 2, r"n_workers=2 disagrees with speeds \(4, 2, 1\) \(3 workers\)"),
+        (None, 0, r"n_workers must be a positive integer, got 0"),
+        (None, 1.5, r"n_workers must be a positive integer, got 1.5"),
+    ],
+)
+def test_n_workers_that_is_not_a_count_or_disagrees_with_speeds_is_one_line(
+    speeds, n_workers, match
+):
+    with pytest.raises(ValueError, match=match):
+        local_cluster(speeds, n_workers=n_workers, processes=False)

@@ -126,9 +126,10 @@ DEFAULT_SPEEDS = (4.0, 2.0, 1.0)
 
 
 def local_cluster(
-    speeds: Sequence[float] = DEFAULT_SPEEDS,
+    speeds: Sequence[float] | None = None,
     threads_per_worker: int = 1,
     *,
+    n_workers: int | None = None,
     processes: bool = True,
     dashboard_address: str | None = None,
     silence_logs: int | bool = logging.WARNING,
@@ -142,13 +143,19 @@ def local_cluster(
 
     Parameters
     ----------
-    speeds : sequence of float, default=DEFAULT_SPEEDS (4, 2, 1)
+    speeds : sequence of float, optional
         One worker per entry; worker ``i`` runs at ``speeds[i] / max(speeds)`` of the
         machine's speed (slowdown ``k_i = max(speeds) / speeds[i]``). Three workers at
         4:2:1 need 1 + 0.5 + 0.25 = 1.75 cores; keep the sum of relative speeds times
         ``threads_per_worker`` under the core count or contention distorts the ratios.
+        None: ``n_workers`` workers at full speed if ``n_workers`` is given, else
+        :data:`DEFAULT_SPEEDS` (4, 2, 1).
     threads_per_worker : int, default=1
         Threads of each worker.
+    n_workers : int, optional
+        Number of workers, as for ``distributed.LocalCluster``: without ``speeds``, that
+        many workers at full speed (no emulated slowdown); with ``speeds``, it must equal
+        ``len(speeds)``.
     processes : bool, default=True
         One process per worker (separate GILs, as separate machines would have).
     dashboard_address : str or None, default=None
@@ -181,7 +188,8 @@ def local_cluster(
     Raises
     ------
     ValueError
-        If ``speeds`` is empty or holds anything but positive finite numbers.
+        If ``speeds`` is empty or holds anything but positive finite numbers, or
+        ``n_workers`` is not a positive integer or disagrees with ``len(speeds)``.
 
     Examples
     --------
@@ -202,7 +210,7 @@ def local_cluster(
         )
         sys.stderr.flush()
         raise SystemExit(1)
-    speeds = check_speeds(speeds)
+    speeds = _speeds_for(speeds, n_workers)
     n = len(speeds)
     fastest = max(speeds)
     names = [f"worker-{i}" for i in range(n)]
@@ -253,6 +261,23 @@ def local_cluster(
         cluster.close()
         raise
     return cluster
+
+
+def _speeds_for(speeds: Sequence[float] | None, n_workers: int | None) -> tuple[float, ...]:
+    """:func:`local_cluster`'s checked speeds from its ``speeds`` and ``n_workers``."""
+    if n_workers is not None and (
+        isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral) or n_workers < 1
+    ):
+        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+    if speeds is None:
+        return DEFAULT_SPEEDS if n_workers is None else (1.0,) * int(n_workers)
+    checked = check_speeds(speeds)
+    if n_workers is not None and n_workers != len(checked):
+        raise ValueError(
+            f"n_workers={n_workers!r} disagrees with speeds {speeds!r} ({len(checked)} "
+            "workers): give one of them, or as many speeds as workers"
+        )
+    return checked
 
 
 def _importing_the_script_in_a_worker() -> bool:
