@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import functools
 import multiprocessing
+import numbers
 import os
 import sys
 import time
@@ -292,6 +293,11 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
     return blocks.combined_score(list(computed), regression)
 
 
+#: Fitted attributes only a fit on a cluster sets; they describe the latest fit, so any
+#: other fit drops them.
+_CLUSTER_FIT_ATTRIBUTES = ("training_report_", "prediction_", "run_id_", "run_log_path_")
+
+
 def _emulation_of(client) -> dict | None:
     """The emulated heterogeneity of a local cluster, if any (recorded in the run log).
 
@@ -329,8 +335,9 @@ def _in_dask_task() -> bool:
     return True
 
 
-def _check_client_param(client) -> None:
-    """One line naming what is wrong with ``client``, before any data is read."""
+def _check_client_param(client, must_be_open: bool = True) -> None:
+    """One line naming what is wrong with ``client``, before any data is read
+    (``must_be_open=False``: a fit that does not use it, ``partial_fit``)."""
     if client is None or client is False or isinstance(client, (str, os.PathLike)):
         return
     if "distributed" in sys.modules:  # else no Client can exist
@@ -339,7 +346,8 @@ def _check_client_param(client) -> None:
         if isinstance(client, Client):
             from hmdspt.parallel.cluster import check_open
 
-            check_open(client)
+            if must_be_open:
+                check_open(client)
             return
     if hasattr(client, "scheduler_address"):  # a cluster object
         return
@@ -678,6 +686,9 @@ class _BaseBPNN(BaseEstimator):
         if not hasattr(sizes, "__iter__"):
             sizes = [sizes]
         sizes = list(sizes)
+        if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in sizes):
+            # int() would make 4.5 units 4 and "8" 8 without a word.
+            raise ValueError(f"hidden_layer_sizes must hold whole numbers of units, got {sizes}.")
         if any(int(s) <= 0 for s in sizes):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return [int(s) for s in sizes]
@@ -691,24 +702,37 @@ class _BaseBPNN(BaseEstimator):
         called_at=None,
         on_round=None,
         sample_weight=None,
+        restore_to: dict | None = None,
     ):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
-        # (run_end.wall_s, utilisation) counts from there.
+        # (run_end.wall_s, utilisation) counts from there. restore_to: the estimator's
+        # attributes at the user's call, when the caller changed some before this.
         # Dask data persisted for this fit (its held-out rows) goes when the fit ends, also
         # when it fails: not once a kept error's traceback, which holds it, is collected.
+        # A fit refused before it trains (its input, labels or outputs) leaves the
+        # estimator as it was: still the model fitted before, or still unfitted.
+        before = dict(self.__dict__) if restore_to is None else restore_to
         self._persisted_for_fit = []
+        self._training = False
         try:
             return self._fit_body(X, y, incremental, eval_set, called_at, on_round, sample_weight)
+        except BaseException:
+            if not self._training:
+                persisted = self._persisted_for_fit
+                self.__dict__.clear()
+                self.__dict__.update(before, _persisted_for_fit=persisted, _training=False)
+            raise
         finally:
             _release_persisted(self._persisted_for_fit)
             del self._persisted_for_fit
+            del self._training
 
     def _fit_body(self, X, y, incremental, eval_set, called_at, on_round, sample_weight):
         """:meth:`_fit` but for releasing what it persisted."""
         self._check_checkpoint_settings(incremental)
         # Decided once for both paths, here, so that its warning names the caller's line.
         self._resume_this_fit = bool(self.resume) and self._left_to_continue(self.checkpoint_dir)
-        _check_client_param(self.client)
+        _check_client_param(self.client, must_be_open=not incremental)
         # Also in-process: a mistyped option fails whether or not this fit would use it.
         self._trainer_config(seed=0, emulation=None).validate()
         target = self._cluster_target(incremental)
@@ -756,6 +780,12 @@ class _BaseBPNN(BaseEstimator):
                 f"dtype changed from {self._model.dtype} to {dtype} since the last fit; "
                 "fit again without warm_start."
             )
+        elif n_outputs != self.n_outputs_:
+            # Else one more column of y would pass for the sample weights' column.
+            raise ValueError(
+                f"y has {n_outputs} output(s) where the model fitted before has "
+                f"{self.n_outputs_}; fit again without warm_start."
+            )
 
     def _train(self, X, Y, incremental: bool, called_at, target, eval_set, on_round, held_out=None):
         """The epochs with the fit's held-out data and callback set for their length.
@@ -763,6 +793,9 @@ class _BaseBPNN(BaseEstimator):
         ``held_out``: the early-stopping validation rows ``(X, y, weights)`` when the fit
         split them already (Dask data on a cluster), else split from ``X`` here.
         """
+        self._training = True  # from here a failure keeps what training did (_fit)
+        for name in _CLUSTER_FIT_ATTRIBUTES:  # a cluster fit sets them again
+            self.__dict__.pop(name, None)
         self._score_client = None  # the cluster that scores Dask held-out data
         self._eval_set = self._validate_eval_set(eval_set, on_cluster=target is not None)
         self._on_round = on_round
@@ -1976,16 +2009,29 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The updated estimator.
         """
         called_at = time.perf_counter()
+        before = dict(self.__dict__)  # what a refused call leaves (_fit)
         if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
             X, y = _read_in_process(X, y)
         _refuse_missing_labels(y)  # before type_of_target, which fails on one unnamed
-        if _check_partial_fit_first_call(self, classes):
-            self._label_binarizer = LabelBinarizer()
-            if type_of_target(y).startswith("multilabel"):
-                self._label_binarizer.fit(y)
-            else:
-                self._label_binarizer.fit(classes)
-        return self._fit(X, y, incremental=True, called_at=called_at, sample_weight=sample_weight)
+        try:
+            if _check_partial_fit_first_call(self, classes):
+                self._label_binarizer = LabelBinarizer()
+                if type_of_target(y).startswith("multilabel"):
+                    self._label_binarizer.fit(y)
+                else:
+                    self._label_binarizer.fit(classes)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        return self._fit(
+            X,
+            y,
+            incremental=True,
+            called_at=called_at,
+            sample_weight=sample_weight,
+            restore_to=before,
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits, make_classification
+from sklearn.exceptions import NotFittedError
 
 from hmdspt.core.checkpoint import CheckpointError, save_checkpoint
 from hmdspt.estimator import BPNNClassifier, BPNNRegressor
@@ -349,3 +350,72 @@ def test_dask_labels_of_one_column_warn_as_in_memory(estimator):
                 assert len(said) == 1, (type(labels), where, [str(w.message) for w in caught])
                 if where is client:  # scikit-learn's own, in-process, names its caller
                     assert said[0].filename == __file__
+
+
+# --------------------------------------------- a refused fit leaves the estimator as it was
+def _fitted(cls, X, y, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning of max_iter=2
+        return cls(hidden_layer_sizes=(4,), max_iter=2, random_state=0, **params).fit(X, y)
+
+
+def test_a_refit_refused_for_its_labels_keeps_the_model_fitted_before(data):
+    X, y = data
+    model = _fitted(BPNNClassifier, X, y)
+    predicted, proba = model.predict(X), model.predict_proba(X)
+    for X_new in (X, X[:, :4]):  # the same features, and fewer
+        with pytest.raises(ValueError, match="number of classes has to be greater than one"):
+            model.fit(X_new, np.zeros(len(X_new), dtype=int))
+        assert model.n_features_in_ == 6 and list(model.classes_) == [0, 1]
+        np.testing.assert_array_equal(model.predict(X), predicted)
+        np.testing.assert_array_equal(model.predict_proba(X), proba)
+
+
+def test_a_first_fit_refused_leaves_the_estimator_unfitted(data):
+    X, y = data
+    for fit in (
+        lambda m: m.fit(X, np.zeros(len(X), dtype=int)),
+        lambda m: m.partial_fit(np.where(X > 2, np.nan, X), y, classes=[0, 1]),
+    ):
+        model = BPNNClassifier((4,), max_iter=1)
+        with pytest.raises(ValueError):
+            fit(model)
+        with pytest.raises(NotFittedError):
+            model.predict(X)
+        assert not hasattr(model, "classes_") and not hasattr(model, "n_features_in_")
+
+
+@pytest.mark.parametrize("continued", ["warm_start", "partial_fit"])
+def test_a_continued_regression_with_another_number_of_outputs_is_refused(data, continued):
+    X, y = data
+    model = _fitted(BPNNRegressor, X, y.astype(float), warm_start=continued == "warm_start")
+    predicted = model.predict(X)
+    two_outputs = np.column_stack([y, -y]).astype(float)
+    with pytest.raises(ValueError, match=r"y has 2 output\(s\) where the model fitted before has 1"):
+        if continued == "partial_fit":
+            model.partial_fit(X, two_outputs)
+        else:
+            model.fit(X, two_outputs)
+    np.testing.assert_array_equal(model.predict(X), predicted)
+
+
+@pytest.mark.parametrize("sizes", [(4.5,), ("8",), (True,), (0.5,)])
+def test_hidden_layer_sizes_that_are_not_whole_numbers_are_refused(data, sizes):
+    X, y = data
+    with pytest.raises(ValueError, match="hidden_layer_sizes must hold whole numbers of units"):
+        BPNNClassifier(sizes, max_iter=1).fit(X, y)
+
+
+@pytest.mark.parametrize("refit", ["fit in-process", "partial_fit"])
+def test_a_fit_in_process_drops_what_describes_an_earlier_fit_on_a_cluster(data, refit):
+    X, y = data
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as c:
+        with Client(c) as client:
+            model = _fitted(BPNNClassifier, X, y, client=client)
+    assert model.run_id_ and model.training_report_ and model.run_log_path_ is None
+    if refit == "partial_fit":  # always in-process
+        model.partial_fit(X, y)
+    else:
+        model.set_params(client=False).fit(X, y)
+    for name in ("training_report_", "prediction_", "run_id_", "run_log_path_"):
+        assert not hasattr(model, name)
