@@ -754,7 +754,13 @@ def _scaled_data(args: argparse.Namespace, pending: Future | None = None):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from hmdspt.compare import format_table, plot, run_comparison, why_one_process_won
+    from hmdspt.compare import (
+        format_table,
+        new_comparison_dir,
+        plot,
+        run_comparison,
+        why_one_process_won,
+    )
     from hmdspt.parallel.client import scheduler_workers
     from hmdspt.parallel.cluster_options import BATCH_SYSTEMS
 
@@ -766,6 +772,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with stack:
         print(f"cluster: {label}")
         X_train, X_test, y_train, y_test = _scaled_data(args, pending)
+        run_dir = new_comparison_dir(args.run_dir)
         results, target = run_comparison(
             client,
             X_train,
@@ -774,7 +781,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             y_test,
             strategies=args.strategies,
             params=params,
-            run_dir=args.run_dir,
+            run_dir=run_dir,
             max_seconds=args.max_seconds,
             rounds_per_epoch=args.rounds_per_epoch,
         )
@@ -784,10 +791,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shared = args.scheduler is None and getattr(args, "cluster", None) not in BATCH_SYSTEMS
     for line in why_one_process_won(results, n_workers, os.cpu_count() if shared else None):
         print(line)
-    chart = Path(args.chart or Path(args.run_dir) / "compare.png")
+    chart = Path(args.chart or run_dir / "compare.png")
     plot(results, target, chart, f"HMDSPT vs baselines — {label}")
     print(f"chart: {chart}")
-    print(f"run logs: {args.run_dir}/<run>.jsonl")
+    print(f"run logs: {run_dir}/<run>.jsonl")
     return 0
 
 
@@ -958,9 +965,17 @@ def build_parser() -> argparse.ArgumentParser:
         "target accuracy)",
     )
     compare.add_argument(
-        "--run-dir", default="runs/compare", help="folder of run logs (default: runs/compare)"
+        "--run-dir",
+        default="runs/compare",
+        help="folder of run logs (default: runs/compare); each comparison writes its logs "
+        "and chart into a new subfolder of it, named by the time it started",
     )
-    compare.add_argument("--chart", default=None, help="PNG path (default: RUN_DIR/compare.png)")
+    compare.add_argument(
+        "--chart",
+        default=None,
+        help="chart path, .png, .pdf or .svg (default: the comparison's subfolder of "
+        "RUN_DIR/compare.png)",
+    )
     compare.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
     compare.set_defaults(func=cmd_compare)
 
@@ -1032,6 +1047,12 @@ def _check_options(args: argparse.Namespace) -> None:
         check_folder_writable(args.run_dir, "--run-dir")
     if getattr(args, "chart", None):  # not after every comparison has run
         check_file_path(args.chart, "--chart")
+        from hmdspt.compare import chart_format  # only when given: loads sklearn
+
+        try:
+            chart_format(args.chart)
+        except ValueError as exc:
+            raise UsageError(f"--chart {exc}") from None
         check_folder_writable(Path(args.chart).parent, "--chart's folder")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core.prediction import counted, sync_per_round
-from hmdspt.core.runlog import read_events, summarize
+from hmdspt.core.runlog import new_run_id, read_events, summarize
 
 # scikit-learn and the estimator are imported by the functions that fit: plotting or
 # reading a comparison's results needs neither (they take about two CPU-seconds to load).
@@ -213,6 +213,15 @@ def check_strategies(names: Sequence[str]) -> list[str]:
     return names
 
 
+def new_comparison_dir(parent: str | Path) -> Path:
+    """A new folder under ``parent`` for one comparison's run logs and chart, named by
+    :func:`hmdspt.core.runlog.new_run_id` (its start time first, so folders sort by
+    time): a comparison never replaces or mixes with an earlier one's logs."""
+    folder = Path(parent) / new_run_id()
+    folder.mkdir(parents=True)
+    return folder
+
+
 def run_comparison(
     client,
     X,
@@ -242,7 +251,9 @@ def run_comparison(
     params : dict, optional
         ``BPNNClassifier`` hyper-parameters shared by every run.
     run_dir : path, default="runs"
-        Where the cluster runs' logs go (``<run_dir>/<name>.jsonl``).
+        Where the cluster runs' logs go (``<run_dir>/<name>.jsonl``); a log of the same
+        name there is replaced as its run starts. ``hmdspt compare`` gives each comparison
+        a folder of its own (:func:`new_comparison_dir`).
     max_seconds : float, optional
         Time box of each run (needed for ``bsp``: one cluster round trip per mini-batch).
     rounds_per_epoch : int or "auto", default=1
@@ -422,9 +433,32 @@ def why_one_process_won(
     return lines
 
 
+#: The chart's formats, by file suffix (matplotlib's Agg canvas writes each).
+CHART_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+
+
+def chart_format(path: str | Path) -> str:
+    """The format :func:`plot` writes to ``path``, from its suffix (none: PNG).
+
+    Raises
+    ------
+    ValueError
+        For any other suffix: the file would hold something its name does not say.
+    """
+    suffix = Path(path).suffix.lower()
+    if not suffix:
+        return "png"
+    if suffix not in CHART_FORMATS:
+        raise ValueError(
+            f"{path}: a chart is written as {', '.join(CHART_FORMATS)}; give one of these suffixes"
+        )
+    return CHART_FORMATS[suffix]
+
+
 def plot(results: list[RunResult], target: float, path: str | Path, title: str) -> Path:
-    """PNG: fastest worker's idle % against wall time and held-out accuracy against
-    seconds of training (scoring not counted), per run.
+    """The chart (PNG, PDF or SVG by ``path``'s suffix, :func:`chart_format`): fastest
+    worker's idle % against wall time and held-out accuracy against seconds of training
+    (scoring not counted), per run.
 
     Each run has one colour in both panels (in-process runs have no idle curve). The
     figure is a plain :class:`matplotlib.figure.Figure` drawn by the Agg canvas: no
@@ -432,6 +466,7 @@ def plot(results: list[RunResult], target: float, path: str | Path, title: str) 
     """
     from matplotlib.figure import Figure
 
+    form = chart_format(path)  # before drawing: a wrong name fails at once
     fig = Figure(figsize=(12, 4.5))
     ax_idle, ax_acc = fig.subplots(1, 2)
     for number, r in enumerate(results):
@@ -463,10 +498,10 @@ def plot(results: list[RunResult], target: float, path: str | Path, title: str) 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Whole or not at all: a full disk or an interrupt mid-write leaves the previous chart
-    # (or none), never a truncated PNG under the chart's name.
+    # (or none), never a truncated file under the chart's name.
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        fig.savefig(partial, dpi=110, format="png")
+        fig.savefig(partial, dpi=110, format=form)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -193,7 +193,6 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
     path = tmp_path / "small.npz"
     np.savez(path, X=X.astype(np.float32), y=y)
     runs = tmp_path / "runs"
-    chart = runs / "compare.png"
     command = [sys.executable, "-m", "hmdspt", "compare", "--data", str(path), "--speeds", "2,1"]
     command += ["--hidden", "16", "--epochs", "2", "--max-seconds", "10", "--run-dir", str(runs)]
     command += ["--strategies", "hmdspt,sklearn-in-process"]
@@ -205,7 +204,7 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
             match = re.match(r"(\S+): done in [\d.]+ s", line)
             if match:
                 # Printed when the run ended, not with the table once every run has.
-                finished[match.group(1)] = chart.exists()
+                finished[match.group(1)] = any(runs.glob("*/compare.png"))
     finally:
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -214,8 +213,12 @@ def test_compare_prints_table_and_writes_chart(tmp_path):
     table = "".join(lines).split("target accuracy:")[1]
     for name in names:
         assert f"\n{name} " in table
-    assert chart.stat().st_size > 10_000
-    assert (runs / "hmdspt.jsonl").exists()
+    # The comparison's own folder, named by its start: another comparison replaces nothing.
+    (folder,) = runs.iterdir()
+    assert f"run logs: {folder}/<run>.jsonl\n" in lines
+    assert f"chart: {folder / 'compare.png'}\n" in lines
+    assert (folder / "compare.png").stat().st_size > 10_000
+    assert (folder / "hmdspt.jsonl").exists()
 
 
 # ------------------------------------------------------ one reading rule (issue 16, point 7)

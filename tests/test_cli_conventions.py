@@ -247,6 +247,34 @@ def test_compare_chart_gives_each_run_one_colour_in_every_panel(tmp_path, monkey
     assert len({c.pop() for c in colours.values()}) == len(colours)  # and runs differ
 
 
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", b"<?xml")]
+)
+def test_the_chart_is_written_in_the_format_its_name_says(tmp_path, suffix, magic):
+    from hmdspt.compare import plot
+
+    chart = plot(_results(), 0.75, tmp_path / f"c{suffix}", "t")
+    assert chart.read_bytes().startswith(magic)
+
+
+def test_a_chart_name_of_another_format_is_refused_before_any_work(tmp_path, capsys):
+    code = main(["compare", "--chart", str(tmp_path / "c.txt")])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.strip().endswith(
+        "c.txt: a chart is written as .png, .pdf, .svg; give one of these suffixes"
+    )
+    assert "\n" not in err.strip()
+
+
+def test_each_comparison_gets_a_folder_of_its_own(tmp_path):
+    from hmdspt.compare import new_comparison_dir
+
+    first, second = new_comparison_dir(tmp_path / "runs"), new_comparison_dir(tmp_path / "runs")
+    assert first.parent == second.parent == tmp_path / "runs" and first != second
+    assert sorted([first.name, second.name]) == [first.name, second.name]  # by time
+
+
 def test_a_chart_that_fails_mid_write_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     import errno
 

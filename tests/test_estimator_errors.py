@@ -391,7 +391,8 @@ def test_a_continued_regression_with_another_number_of_outputs_is_refused(data, 
     model = _fitted(BPNNRegressor, X, y.astype(float), warm_start=continued == "warm_start")
     predicted = model.predict(X)
     two_outputs = np.column_stack([y, -y]).astype(float)
-    with pytest.raises(ValueError, match=r"y has 2 output\(s\) where the model fitted before has 1"):
+    refused = r"y has 2 output\(s\) where the model fitted before has 1"
+    with pytest.raises(ValueError, match=refused):
         if continued == "partial_fit":
             model.partial_fit(X, two_outputs)
         else:
