@@ -25,7 +25,9 @@ import contextlib
 import glob
 import io
 import logging
+import multiprocessing
 import os
+import signal
 import sys
 import time
 import uuid
@@ -33,8 +35,17 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+# A worker process of the command's own cluster imports the command's script first (Python's
+# spawn runs the main module again in each child): from here on it leaves SIGINT to the
+# command, which closes the cluster. Else a Ctrl-C at the terminal while the cluster started
+# (it goes to the whole process group) printed each worker process's traceback. Before the
+# imports that take the child's time.
+if getattr(multiprocessing.current_process(), "_inheriting", False):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+import numpy as np  # noqa: E402  (after the check above)
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -507,7 +518,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             wall = time.perf_counter() - start
             accuracy = clf.score(X_test, y_test)
             epochs = counted(clf.n_iter_, "epoch")
-            print(f"fit: in-process, {epochs}, {wall:.2f} s, loss {clf.loss_:.4f}")
+            print(f"fit: in-process, {epochs}, {wall:.2f} s, {_loss_text(clf)}")
         else:
             pending = _read_while_the_cluster_starts(args)
             stack, client, label = _cluster_and_client(args)
@@ -533,7 +544,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(
                 f"fit: sync={args.sync}, partition={args.partition}, "
                 f"{counted(clf.n_iter_, 'epoch')}, "
-                f"{wall:.2f} s, loss {clf.loss_:.4f}"
+                f"{wall:.2f} s, {_loss_text(clf)}"
             )
             # Utilisation from the run log's summary, the one place it is computed.
             summary = _logged_summary(clf.run_log_path_)
@@ -567,20 +578,30 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(
                 "samples/s, fixed ms: each worker's speed and fixed cost per round at the "
                 "fit's end, as the round cost model measured them and the shares follow "
-                "(a round of n rows keeps a worker busy for fixed + n / speed)"
+                "(a round of n rows keeps a worker busy for fixed + n / speed); rows: the "
+                "rows each worker holds at the end, its share of an epoch; busy s and idle s: "
+                "over the whole fit"
             )
-            print(
-                f"util %: busy s over the {'-' if fit_wall is None else f'{fit_wall:.2f}'} s "
-                "from the fit() call to the run log's run_end, the fit line's time less the "
-                "estimator's last steps (staging, probe, warm start, re-balancing, "
-                "communication and waiting count as not computing); idle % is over the "
-                "rounds' wall time"
-            )
+            if fit_wall is None:  # a stopped run's log has no summary
+                print("util %: - (the run log has no summary of a fit that did not complete)")
+            else:
+                print(
+                    f"util %: busy s over the {fit_wall:.2f} s from the fit() call to the run "
+                    "log's run_end, the fit line's time less the estimator's last steps "
+                    "(staging, probe, warm start, re-balancing, communication and waiting "
+                    "count as not computing); idle % is over the rounds' wall time"
+                )
             for line in _prediction_lines(clf.prediction_):
                 print(line)
             print(f"run log: {clf.run_log_path_}")
     print(f"test accuracy: {accuracy:.4f}")
     return 0
+
+
+def _loss_text(clf: Any) -> str:
+    """The fit line's loss: none yet when a Ctrl-C stopped the fit in its first epoch."""
+    loss = getattr(clf, "loss_", None)
+    return "loss - (stopped in its first epoch)" if loss is None else f"loss {loss:.4f}"
 
 
 def _prediction_lines(prediction: dict | None) -> list[str]:

@@ -272,7 +272,7 @@ def test_each_comparison_gets_a_folder_of_its_own(tmp_path):
 
     first, second = new_comparison_dir(tmp_path / "runs"), new_comparison_dir(tmp_path / "runs")
     assert first.parent == second.parent == tmp_path / "runs" and first != second
-    assert sorted([first.name, second.name]) == [first.name, second.name]  # by time
+    assert first.name.split("-")[0] <= second.name.split("-")[0]  # named by time (to the ms)
 
 
 def test_a_chart_that_fails_mid_write_leaves_the_previous_one_whole(tmp_path, monkeypatch):
@@ -457,3 +457,39 @@ def test_ctrl_c_before_a_dask_call_starts_adds_no_traceback(monkeypatch):
         isinstance(f, _UnstartedSyncCancel)
         for f in logging.getLogger("tornado.application").filters
     )
+
+
+def test_ctrl_c_at_the_terminal_during_a_fit_prints_no_worker_traceback(tmp_path):
+    """A terminal's Ctrl-C goes to the whole process group, the command's worker processes
+    too: the command stops the fit and reports it, and the workers leave it to the command
+    (each printed a ``KeyboardInterrupt`` traceback before)."""
+    import os
+    import signal
+
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=4000, n_features=10, random_state=0)
+    data = tmp_path / "d.npz"
+    np.savez(data, X=X.astype(np.float32), y=y)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hmdspt", "train", "--data", str(data), "--epochs", "500",
+         "--hidden", "8", "--speeds", "2,1", "--run-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        seen = []
+        for line in proc.stderr:  # the fit's first rounds
+            seen.append(line)
+            if line.startswith("training:"):
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 0, err
+    assert "hmdspt: warning: Training interrupted by user." in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "test accuracy:" in out

@@ -3,10 +3,12 @@ and of the one HMDSPT worker plugin (in-process workers: its registration is wha
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -614,3 +616,39 @@ def test_n_workers_that_is_not_a_count_or_disagrees_with_speeds_is_one_line(
 ):
     with pytest.raises(ValueError, match=match):
         local_cluster(speeds, n_workers=n_workers, processes=False)
+
+
+def test_an_interrupt_while_the_workers_start_is_raised_and_leaves_no_process():
+    """Ctrl-C while ``local_cluster`` starts its worker processes: the caller gets the
+    ``KeyboardInterrupt`` (distributed's close of workers still starting raised an
+    ``AssertionError`` in its place) and no worker process is left."""
+    me = psutil.Process()
+
+    def workers() -> set[int]:
+        """Child processes but multiprocessing's servers, which outlive clusters by design."""
+        found = set()
+        for p in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                line = " ".join(p.cmdline())
+                server = p.ppid() == me.pid and ("forkserver" in line or "resource_tracker" in line)
+                if p.is_running() and not server:  # (a forkserver's workers carry its line)
+                    found.add(p.pid)
+        return found
+
+    before = workers()
+
+    def interrupt_once_a_worker_process_runs():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if workers() - before:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
+            time.sleep(0.005)
+
+    threading.Thread(target=interrupt_once_a_worker_process_runs, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt), local_cluster((2, 1, 1)):
+        time.sleep(60)  # (the interrupt comes while the workers start, not here)
+    deadline = time.monotonic() + 10
+    while workers() - before:
+        assert time.monotonic() < deadline, "a worker process outlived the interrupted start"
+        time.sleep(0.05)

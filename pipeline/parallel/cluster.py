@@ -17,12 +17,16 @@ Pools of batch jobs on a shared cluster (SLURM, PBS, SGE, LSF) are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import multiprocessing
 import numbers
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -230,6 +234,7 @@ def local_cluster(
     # then start the workers: each sets the plugin up as it registers, before it handles
     # any task, so nothing ever runs unthrottled; one that joins or restarts later gets it
     # too, and a fit's idempotent registration of the plugin is then a no-op.
+    children_before = set(multiprocessing.active_children())  # (see _close_after_failure)
     cluster = EmulatedLocalCluster(
         n_workers=0,
         threads_per_worker=threads_per_worker,
@@ -249,6 +254,7 @@ def local_cluster(
             # Each worker's own process: its loggers end with it. (In-process workers log on
             # the caller's loggers, which outlive the cluster: left as they are.)
             plugins.append(QuietWorkerLogsPlugin(compute_failed=False))
+            plugins.append(DriverInterruptsPlugin())
         for p in plugins:
             cluster.sync(
                 cluster.scheduler_comm.register_worker_plugin,
@@ -258,7 +264,7 @@ def local_cluster(
             )
         _start_workers(cluster, n, timeout)
     except BaseException:
-        cluster.close()
+        _close_after_failure(cluster, children_before)
         raise
     return cluster
 
@@ -284,6 +290,36 @@ def _importing_the_script_in_a_worker() -> bool:
     """Whether this process is a spawned one still importing its parent's main script."""
     # The flag multiprocessing's own check reads (spawn._check_not_importing_main).
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _close_after_failure(cluster: LocalCluster, children_before: set) -> None:
+    """Close a cluster whose start failed or was interrupted, keeping the cause.
+
+    distributed's ``close`` asserts on workers still starting (``AssertionError:
+    Status.init``), which would replace the caller's ``KeyboardInterrupt`` or error, and a
+    worker process that was starting as the close began outlives it (until the driver's
+    exit reaps it). So the close's own error is dropped, and the worker processes started
+    since ``children_before`` (``multiprocessing.active_children()``) that are still alive
+    are ended here, until none has come up for a few checks.
+    """
+    with contextlib.suppress(Exception):
+        cluster.close()
+    quiet, deadline = 0, time.monotonic() + LATE_WORKER_WAIT_S
+    while quiet < 3 and time.monotonic() < deadline:
+        late = [
+            p
+            for p in multiprocessing.active_children()
+            if p not in children_before and p.name == "Dask Worker process (from Nanny)"
+        ]
+        for p in late:
+            p.kill()
+            p.join(5)
+        quiet = 0 if late else quiet + 1
+        time.sleep(0.1)
+
+
+#: Seconds :func:`_close_after_failure` looks for worker processes a start left behind.
+LATE_WORKER_WAIT_S = 5.0
 
 
 def _start_workers(cluster: LocalCluster, n: int, timeout: float) -> None:
@@ -367,6 +403,24 @@ class QuietWorkerLogsPlugin(WorkerPlugin):
                 for f in logger.filters
             ):
                 logger.addFilter(QuietWorkerLogs(worker, self.compute_failed))
+
+
+class DriverInterruptsPlugin(WorkerPlugin):
+    """Makes each worker process of a cluster ``hmdspt`` started ignore SIGINT.
+
+    A Ctrl-C at the terminal goes to its whole process group: the driver and the worker
+    processes it started. The driver handles it (a fit stops and reports, a command ends
+    with one line) and closes the cluster; each worker process had also printed its own
+    ``KeyboardInterrupt`` traceback. Only in a worker process of its own (one with a
+    nanny), from its main thread: an in-process worker's SIGINT is its driver's.
+    """
+
+    idempotent = True
+    name = "hmdspt-driver-interrupts"
+
+    def setup(self, worker: Any) -> None:
+        if worker.nanny is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def check_open(client: Client) -> None:
