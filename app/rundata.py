@@ -397,10 +397,12 @@ class RunData:
 
     def poll(self) -> Update:
         """Read what was appended to the log since the last call and aggregate it."""
-        before = self.tail.offset
+        before, restarts = self.tail.offset, self.tail.restarts
         events = self.tail.read_new()
         upd = Update(bytes_read=self.tail.offset - before)
-        if self.tail.offset < before:  # the file was replaced or truncated: start over
+        # Replaced or truncated: the events are the file's from its first line again. A
+        # larger replacement (rsync, scp) moves the offset forward, so ask the tail.
+        if self.tail.restarts != restarts:
             self.run_ids = []
             self._clear(self.fixed_run_id)
             upd.reset = True
@@ -668,6 +670,21 @@ class RunData:
                 "seconds": right - left,
             }
         return out
+
+    def time_span(self, first: int, last: int | None = None) -> tuple[float, float] | None:
+        """Wall-time span of rounds ``first:last``: the first one's start to the last one's
+        end, in seconds since ``t0`` (the x range of :meth:`timeline`'s segments).
+
+        Returns
+        -------
+        span : tuple of float or None
+            ``(start, end)``; None if those rounds have no finite time.
+        """
+        sl = slice(first, self.n_rounds if last is None else last)
+        end = self.round_t.values[sl]
+        edges = np.r_[end - self.wall.values[sl], end]
+        edges = edges[np.isfinite(edges)]
+        return (float(edges.min()), float(edges.max())) if len(edges) else None
 
     def shares(self, max_points: int = 400) -> dict[str, dict[str, list]]:
         """Each worker's share of the rows (partitions) and of the scores, over rounds.

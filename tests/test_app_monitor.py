@@ -7,6 +7,7 @@ lost and joined workers, appends); hand-made logs (RunLogWriter) are used where 
 expected numbers must be known exactly.
 """
 
+import html
 import json
 import math
 import os
@@ -24,11 +25,11 @@ pytestmark = pytest.mark.heavy(4)  # the monitor's views on real run logs
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hmdspt.app.monitor import Monitor, RunMonitor, dashboard  # noqa: E402
+from hmdspt.app.monitor import Comparison, Monitor, RunMonitor, dashboard  # noqa: E402
 from hmdspt.app.rundata import RunData, compare_runs, emulation_label, list_runs  # noqa: E402
 from hmdspt.core.runlog import RunLogWriter, read_events, summarize  # noqa: E402
 from scripts.synthetic_runlog import make_log  # noqa: E402
-from tests.browser.real_run import session_real_logs  # noqa: E402
+from tests.browser.real_run import real_fit, session_real_logs  # noqa: E402
 
 
 def _texts(viewable) -> str:
@@ -408,6 +409,94 @@ def test_a_file_with_two_runs_follows_the_last_one(tmp_path):
     assert first.n_rounds == 3
 
 
+def _replace(path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it over it, as rsync and scp do."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_a_log_replaced_by_a_larger_file_is_read_once(real_logs, tmp_path):
+    """A synced copy of a log grows by replacement, not by appending: the offset moves
+    forward, and the page counted the first half twice."""
+    whole = Path(real_logs["proportional"]).read_bytes()
+    lines = whole.splitlines(keepends=True)
+    path = tmp_path / "synced.jsonl"
+    _replace(path, b"".join(lines[: len(lines) // 2]))
+    mon = RunMonitor(path=str(path))
+    half = mon.data.n_rounds
+    assert half > 0
+    _replace(path, whole)
+    assert mon.poll().reset
+    full = summarize(read_events(path))
+    mine = mon.data.summary()
+    assert mon.data.n_rounds == mine["rounds"] == full["rounds"] > half
+    for key in ("wall_s", "efficiency", "fastest_idle_fraction"):
+        assert mine[key] == pytest.approx(full[key])
+    assert len(mon.loss_src.data["t"]) == full["rounds"]
+    assert f"rounds: {full['rounds']}" in _texts(mon.header())
+    # Another run synced over it (larger again): that run alone, not "2 runs".
+    other = tmp_path / "other.jsonl"
+    make_log(other, 30, seed=11, run_id="other")
+    assert other.stat().st_size > path.stat().st_size
+    _replace(path, other.read_bytes())
+    assert mon.poll().reset
+    assert mon.data.run_ids == ["other"] and mon.data.n_rounds == 30
+    assert "runs; showing" not in _texts(mon.header())
+
+
+def test_the_timeline_axis_follows_the_rounds_shown_as_old_ones_roll_off(tmp_path):
+    path = tmp_path / "live.jsonl"
+    run = make_log(path, 4, status=None, events=False, seed=12)
+    mon = RunMonitor(path=str(path), timeline_rounds=5)
+    for _ in range(4):
+        run.rounds(3)
+        mon.poll()
+    events = read_events(path)
+    rounds = [e for e in events if e["event"] == "round"]
+    assert len(rounds) == 16
+
+    def start(e):  # a round ends at its event's time and lasted wall_s
+        return e["time"] - events[0]["time"] - e["wall_s"]
+
+    assert min(mon.seg_src["busy"].data["left"]) == pytest.approx(start(rounds[-5]))
+    x = mon.fig_timeline.x_range
+    assert x.start is not None and x.start >= start(rounds[-5]) - 1e-9
+    assert x.end == pytest.approx(rounds[-1]["time"] - events[0]["time"])
+    assert (x.reset_start, x.reset_end) == (x.start, x.end)  # the reset tool goes back there
+    mon.timeline_rounds = 10  # the slider: the window, and the axis with it, widen
+    assert x.start == pytest.approx(start(rounds[-10]))
+
+
+def test_the_share_lines_reach_the_last_round_read_on_every_poll(real_logs, tmp_path):
+    """The trainer logs scores only when they change the partition: a re-send of the
+    lines on those events alone left them short of the last rounds, run over."""
+    lines = Path(real_logs["proportional"]).read_bytes().splitlines(keepends=True)
+    first_round = next(i for i, line in enumerate(lines) if b'"event":"round"' in line)
+    path = tmp_path / "pieces.jsonl"
+    path.write_bytes(b"".join(lines[:first_round]))
+    mon = RunMonitor(path=str(path))  # share lines re-sent at most every 5 s (default)
+    assert len(mon.rows_share_src.data["xs"]) >= 2
+    polls = 0
+    for line in lines[first_round:]:
+        with open(path, "ab") as f:
+            f.write(line)
+        upd = mon.poll()
+        # Followed from before its first round, the timeline's sources stream from empty.
+        for src in mon.seg_src.values():
+            assert len({len(column) for column in src.data.values()}) == 1, src.data
+        if upd.rounds_from is None:
+            continue
+        polls += 1
+        last = mon.data.round_no.values[-1]
+        for src in (mon.rows_share_src, mon.score_share_src):
+            assert [float(x[-1]) for x in src.data["xs"]] == [last] * len(src.data["xs"])
+    rounds = [e for e in read_events(path) if e["event"] == "round"]
+    assert polls == len(rounds) and mon.data.status == "completed"
+    for src in (mon.rows_share_src, mon.score_share_src):
+        assert {float(x[-1]) for x in src.data["xs"]} == {rounds[-1]["round"]}
+
+
 def test_emulation_label():
     method = "duty cycle: sleep (k-1) x thread CPU time of each compute chunk"
     # What the trainer writes for local_cluster(speeds=(4, 2, 1)).
@@ -502,6 +591,41 @@ def test_comparison_without_validation_scores_says_so(tmp_path):
     assert res["target"] is None
     assert all(r["time_to_target_s"] is None for r in res["runs"])
     assert math.isclose(res["runs"][1]["final_val_score"], 0.5)
+
+
+def test_compare_tab_labels_each_runs_emulation_with_its_run(real_logs, tmp_path):
+    """One set of labels for both runs called a run on real hardware emulated, and showed
+    one of two different emulations."""
+    from distributed import Client
+
+    from hmdspt import local_cluster
+
+    plain = tmp_path / "plain.jsonl"  # full-speed workers: nothing emulated
+    with local_cluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+        real_fit(plain, client=client, hidden=(8,), epochs=2, n_samples=2000)
+    assert _events(plain)[0]["config"]["emulation"] is None
+    emulated = tmp_path / "emulated.jsonl"
+    shutil.copy(real_logs["proportional"], emulated)
+    hand = tmp_path / "hand.jsonl"
+    _hand_log(hand, "H", [(1.2, 1.0, 1.0, 0.5)])  # config: emulated_speeds [2, 1]
+    label = html.escape(emulation_label(_events(emulated)[0]["config"]))
+    cmp_ = Comparison(list_runs(tmp_path))
+
+    def table(a, b):
+        cmp_.run_a, cmp_.run_b = str(a), str(b)
+        view = cmp_.view()
+        pn.Column(view).get_root()
+        return view.objects[0].object
+
+    for a, b, name in ((plain, emulated, "B"), (emulated, plain, "A")):
+        text = table(a, b)
+        assert text.count("heterogeneity emulated") == 1
+        assert f"{name}: {label}" in text
+    # Two different emulations: each shown, with its run.
+    hand_label = html.escape(emulation_label(_events(hand)[0]["config"]))
+    assert hand_label != label
+    text = table(emulated, hand)
+    assert f"A: {label}" in text and f"B: {hand_label}" in text
 
 
 def test_monitor_main_refuses_a_missing_path(tmp_path, capsys):

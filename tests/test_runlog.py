@@ -306,6 +306,24 @@ def test_tail_restarts_on_truncation(tmp_path):
     assert len(tail.read_new()) == 2
     path.write_bytes(_line({"event": "score", "score": 9}))  # truncated and rewritten
     assert [e["score"] for e in tail.read_new()] == [9]
+    assert tail.restarts == 1
+
+
+def test_tail_counts_a_restart_when_a_larger_file_replaces_the_log(tmp_path):
+    """rsync and scp write a temporary file and rename it over the log: the offset does not
+    go back, so only the restart count tells a reader to start over."""
+    path = tmp_path / "run.jsonl"
+    lines = [_line({"event": "score", "score": i}) for i in range(6)]
+    path.write_bytes(b"".join(lines[:3]))
+    tail = RunLogTail(path)
+    assert [e["score"] for e in tail.read_new()] == [0, 1, 2]
+    assert tail.read_new() == [] and tail.restarts == 0  # nothing new is no restart
+    offset = tail.offset
+    tmp = tmp_path / "run.jsonl.tmp"
+    tmp.write_bytes(b"".join(lines))
+    os.replace(tmp, path)
+    assert [e["score"] for e in tail.read_new()] == [0, 1, 2, 3, 4, 5]
+    assert tail.offset > offset and tail.restarts == 1
 
 
 # --------------------------------------------------------------------------------- summary

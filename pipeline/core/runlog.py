@@ -925,13 +925,19 @@ class RunLogTail:
         Bytes of the file consumed so far (including :attr:`pending_bytes`).
     skipped : int
         Malformed complete lines skipped so far (:func:`parse_event`).
+    restarts : int
+        Times the tail started again from the file's beginning (:meth:`reset`, or the file
+        replaced or truncated). A reader that aggregates the events must start over when
+        it changes: the events after a restart are the file's from its first line.
 
     Notes
     -----
     If the file is replaced or truncated (its inode changes or it shrinks below
-    ``offset``), the tail starts again from its beginning. An unfinished line that grows
-    beyond :data:`MAX_LINE_BYTES` is dropped rather than held, and counted as skipped
-    once its newline arrives.
+    ``offset``), the tail starts again from its beginning and counts a restart. A file
+    replaced by a larger one (written elsewhere, then renamed over the log, as rsync and
+    scp do) leaves ``offset`` where it was or higher: only :attr:`restarts` tells. An
+    unfinished line that grows beyond :data:`MAX_LINE_BYTES` is dropped rather than held,
+    and counted as skipped once its newline arrives.
     """
 
     def __init__(
@@ -944,6 +950,7 @@ class RunLogTail:
         self.chunk_size = int(chunk_size)
         self.offset = 0
         self.skipped = 0
+        self.restarts = 0
         self._pending = b""
         self._dropping = False  # inside a line longer than MAX_LINE_BYTES
         self._inode: int | None = None
@@ -954,7 +961,8 @@ class RunLogTail:
         return len(self._pending)
 
     def reset(self) -> None:
-        """Start again from the beginning of the file."""
+        """Start again from the beginning of the file (counted in :attr:`restarts`)."""
+        self.restarts += 1
         self.offset = 0
         self.skipped = 0
         self._pending = b""
