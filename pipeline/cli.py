@@ -916,7 +916,12 @@ def build_parser() -> argparse.ArgumentParser:
         "round's measured overhead within 5 %% of it; ignored by --sync bsp "
         "(default: %(default)s)",
     )
-    train.add_argument("--run-dir", default="runs", help="folder of run logs (default: runs)")
+    train.add_argument(
+        "--run-dir",
+        action=_StoreCluster,
+        default="runs",
+        help="folder of run logs, which fits on a cluster write (default: runs)",
+    )
     train.add_argument("--in-process", action="store_true", help="train without a cluster")
     train.add_argument("--seed", type=_seed, default=0, help="random seed (default: 0)")
     train.add_argument("--verbose", action="store_true", help="print the loss every epoch")
@@ -1055,7 +1060,8 @@ def _check_options(args: argparse.Namespace) -> None:
     ):
         raise UsageError(
             "--in-process trains without a cluster: give no --speeds, --scheduler, --cluster, "
-            "--cluster-config, --sync, --partition or --rounds-per-epoch"
+            "--cluster-config, --sync, --partition, --rounds-per-epoch or --run-dir (only a "
+            "fit on a cluster writes a run log)"
         )
     if given_speeds and (scheduler or pools):
         raise UsageError(

@@ -299,15 +299,32 @@ _CLUSTER_FIT_ATTRIBUTES = ("training_report_", "prediction_", "run_id_", "run_lo
 
 
 def _emulation_of(client) -> dict | None:
-    """The emulated heterogeneity of a local cluster, if any (recorded in the run log).
+    """The emulated heterogeneity of the cluster, if any (recorded in the run log).
 
-    None also for a local cluster whose workers all run at full speed
-    (``local_cluster(n_workers=...)``): nothing about it is emulated.
+    From ``local_cluster``'s record when the client holds the cluster object, else from
+    the workers' own slowdowns (a client connected by address to an emulated cluster:
+    its workers run throttled all the same). None where every worker runs at full speed
+    (``local_cluster(n_workers=...)``, any real cluster): nothing about it is emulated.
     """
+    from hmdspt.parallel.cluster import Emulation
+
     emulation = getattr(getattr(client, "cluster", None), "emulation", None)
-    if emulation is None or all(k == 1 for k in emulation.slowdowns.values()):
+    if emulation is not None:
+        slowdowns, speeds = emulation.slowdowns, list(emulation.speeds.values())
+        method = emulation.method
+    else:
+        from hmdspt.parallel.worker import get_slowdowns
+
+        try:
+            slowdowns = dict(sorted(get_slowdowns(client).items()))
+        except (OSError, TimeoutError):  # a worker leaving: the fit's own checks say so
+            return None
+        slowest = max(slowdowns.values(), default=1.0)
+        speeds = [round(slowest / k, 6) for k in slowdowns.values()]
+        method = Emulation.method
+    if all(k == 1 for k in slowdowns.values()):
         return None
-    return {"speeds": list(emulation.speeds.values()), "method": str(emulation.method)}
+    return {"speeds": speeds, "method": str(method)}
 
 
 def _active_client():

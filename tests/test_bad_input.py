@@ -259,6 +259,7 @@ def test_an_output_folder_that_cannot_be_written_fails_before_any_work(
         (["--in-process", "--sync", "bsp"], "--in-process trains without a cluster"),
         (["--in-process", "--partition", "equal"], "--in-process trains without a cluster"),
         (["--in-process", "--rounds-per-epoch", "3"], "--in-process trains without a cluster"),
+        (["--in-process", "--run-dir", "runs"], "--in-process trains without a cluster"),
         (["--speeds", "2,1", "--scheduler", "tcp://127.0.0.1:1"], "--speeds sets an emulated"),
         (["--speeds", "2,1", "--cluster", "slurm"], "--speeds sets an emulated local cluster"),
     ],

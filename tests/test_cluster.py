@@ -598,9 +598,14 @@ def test_n_workers_as_for_local_cluster_gives_that_many_workers_at_full_speed():
         assert len(scheduler_workers(client)) == 2
         assert set(cluster.emulation.slowdowns.values()) == {1.0}
         assert _emulation_of(client) is None  # nothing emulated: no "emulated" label
+        with Client(cluster.scheduler_address) as by_address:
+            assert _emulation_of(by_address) is None
     with local_cluster((2, 1), n_workers=2, processes=False) as cluster, Client(cluster) as c:
         assert cluster.emulation.slowdowns == {"worker-0": 1.0, "worker-1": 2.0}
         assert _emulation_of(c)["speeds"] == [2.0, 1.0]
+        # Reached by its address, the cluster object unknown: the workers' slowdowns say.
+        with Client(cluster.scheduler_address) as by_address:
+            assert sorted(_emulation_of(by_address)["speeds"]) == [1.0, 2.0]
 
 
 @pytest.mark.parametrize(

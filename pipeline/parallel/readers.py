@@ -484,8 +484,8 @@ def _npz_meta(path: str, x_key: str | None, y_key: str | None) -> dict[str, Any]
             if x_key is None:
                 pairs = ", ".join(f"{xk}/{yk}" for xk, yk in NPZ_KEY_PAIRS)
                 raise ValueError(
-                    f"{path} has none of the arrays {pairs} (has {keys}); name its feature "
-                    "array with x_key="
+                    f"{path} has none of the arrays {pairs} (has {keys}); save its arrays "
+                    "under one of these names (or pass the reader x_key=)"
                 )
         elif x_key not in keys:
             raise ValueError(f"{path}: x_key {x_key!r} not found; keys are {keys}")
