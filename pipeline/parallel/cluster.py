@@ -234,7 +234,7 @@ def local_cluster(
     # then start the workers: each sets the plugin up as it registers, before it handles
     # any task, so nothing ever runs unthrottled; one that joins or restarts later gets it
     # too, and a fit's idempotent registration of the plugin is then a no-op.
-    children_before = set(multiprocessing.active_children())  # (see _close_after_failure)
+    started_at = time.time()  # (see _close_after_failure)
     cluster = EmulatedLocalCluster(
         n_workers=0,
         threads_per_worker=threads_per_worker,
@@ -264,7 +264,7 @@ def local_cluster(
             )
         _start_workers(cluster, n, timeout)
     except BaseException:
-        _close_after_failure(cluster, children_before)
+        _close_after_failure(cluster, started_at)
         raise
     return cluster
 
@@ -292,30 +292,70 @@ def _importing_the_script_in_a_worker() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def _close_after_failure(cluster: LocalCluster, children_before: set) -> None:
+def _close_after_failure(cluster: LocalCluster, started_at: float) -> None:
     """Close a cluster whose start failed or was interrupted, keeping the cause.
 
     distributed's ``close`` asserts on workers still starting (``AssertionError:
-    Status.init``), which would replace the caller's ``KeyboardInterrupt`` or error, and a
-    worker process that was starting as the close began outlives it (until the driver's
-    exit reaps it). So the close's own error is dropped, and the worker processes started
-    since ``children_before`` (``multiprocessing.active_children()``) that are still alive
-    are ended here, until none has come up for a few checks.
+    Status.init``), which would replace the caller's ``KeyboardInterrupt`` or error, and the
+    process of a worker that was starting as the close began outlives it (until the
+    driver's exit reaps it). So the close's own error is dropped, and the worker processes
+    started since ``started_at`` that still run are ended, until none has come up for a few
+    checks. They are found among this process's descendants, not reaped here (distributed
+    reads their exit status). Another cluster of this process starting workers at the same
+    moment would lose those too: nothing in a started process names its cluster.
     """
+    _drop_failed_starts_on(getattr(cluster.loop, "asyncio_loop", None))
     with contextlib.suppress(Exception):
         cluster.close()
     quiet, deadline = 0, time.monotonic() + LATE_WORKER_WAIT_S
     while quiet < 3 and time.monotonic() < deadline:
-        late = [
-            p
-            for p in multiprocessing.active_children()
-            if p not in children_before and p.name == "Dask Worker process (from Nanny)"
-        ]
-        for p in late:
-            p.kill()
-            p.join(5)
+        late = _worker_processes_started_since(started_at)
+        for pid in late:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         quiet = 0 if late else quiet + 1
         time.sleep(0.1)
+
+
+def _worker_processes_started_since(started_at: float) -> set[int]:
+    """Running ``multiprocessing`` processes under this one started since ``started_at``
+    (Unix time), but its servers (a forkserver, the resource tracker)."""
+    import psutil  # distributed's own dependency
+
+    me = psutil.Process()
+    found = set()
+    for p in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.create_time() < started_at or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            line = " ".join(p.cmdline())
+            server = p.ppid() == me.pid and ("forkserver" in line or "resource_tracker" in line)
+            if "multiprocessing" in line and not server:  # a forkserver's children carry its line
+                found.add(p.pid)
+    return found
+
+
+def _drop_failed_starts_on(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Keep the start tasks this close ends from being reported as never retrieved.
+
+    distributed's tasks that start the nannies fail as their processes are ended, and the
+    event loop logs each as "Task exception was never retrieved" with two tracebacks when it
+    is collected: noise after the interrupt the caller already gets. Other reports pass on.
+    """
+    if loop is None:
+        return
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if isinstance(error, RuntimeError) and str(error).endswith("failed to start."):
+            return
+        if previous is None:
+            loop.default_exception_handler(context)
+        else:
+            previous(loop, context)
+
+    loop.set_exception_handler(handler)
 
 
 #: Seconds :func:`_close_after_failure` looks for worker processes a start left behind.
