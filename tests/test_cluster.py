@@ -650,9 +650,15 @@ def test_an_interrupt_while_the_workers_start_is_raised_and_leaves_no_process():
                 return
             time.sleep(0.005)
 
-    threading.Thread(target=interrupt_once_a_worker_process_runs, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt), local_cluster((2, 1, 1)):
-        time.sleep(60)  # (the interrupt comes while the workers start, not here)
+    # Python's own Ctrl-C handler: importing dask_jobqueue (tests/test_jobqueue_scripts.py
+    # does, as the tests are collected) replaces it with one that raises SystemExit.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_a_worker_process_runs, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt), local_cluster((2, 1, 1)):
+            time.sleep(60)  # (the interrupt comes while the workers start, not here)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 10
     while workers() - before:
         assert time.monotonic() < deadline, "a worker process outlived the interrupted start"
