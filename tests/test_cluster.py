@@ -661,5 +661,8 @@ def test_an_interrupt_while_the_workers_start_is_raised_and_leaves_no_process():
         signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 10
     while workers() - before:
-        assert time.monotonic() < deadline, "a worker process outlived the interrupted start"
+        left = [psutil.Process(pid) for pid in workers() - before]
+        assert time.monotonic() < deadline, [
+            (p.pid, p.ppid(), p.status(), p.cmdline()[-1][:60]) for p in left
+        ]
         time.sleep(0.05)

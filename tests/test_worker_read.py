@@ -254,7 +254,9 @@ def _gone_from_the_workers(client, timeout_s: float = 10.0) -> bool:
     return True
 
 
-_READS_OF_THE_LAST_BLOCK = []
+# Reads of the last block by the fit that asked for them: a read still running for the
+# test before (its fit had failed) must not count towards this one's.
+_READS_OF_THE_LAST_BLOCK: dict[str, list] = {}
 
 
 def _keys_held(dask_worker) -> list:
@@ -272,11 +274,12 @@ def _no_data_on_the_workers(client, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def _rows_or_a_lost_disk(i: int, fail_at: int) -> pd.DataFrame:
+def _rows_or_a_lost_disk(i: int, fail_at: int, fit: str) -> pd.DataFrame:
     """Block ``i`` of four of a source whose last block's ``fail_at``-th read fails."""
     if i == 3:
-        _READS_OF_THE_LAST_BLOCK.append(i)
-        if len(_READS_OF_THE_LAST_BLOCK) == fail_at:
+        reads = _READS_OF_THE_LAST_BLOCK.setdefault(fit, [])
+        reads.append(i)
+        if len(reads) == fail_at:
             raise OSError("the disk went away")
     rng = np.random.default_rng(i)
     X = rng.normal(size=(500, 4)).astype(np.float32)
@@ -292,8 +295,8 @@ def test_a_read_that_fails_leaves_no_block_on_the_workers_while_its_error_is_kep
     beside it went with the fit even though the error, and the traceback that holds the
     driver's lists of them, is kept (a notebook keeps the last one; the garbage collector
     is off here, so nothing is left to a cycle). Counting the blocks' rows kept them."""
-    _READS_OF_THE_LAST_BLOCK.clear()
-    frame = dd.from_map(_rows_or_a_lost_disk, range(4), fail_at=fail_at)
+    fit = f"{fail_at}-{early_stopping}-{time.monotonic_ns()}"
+    frame = dd.from_map(_rows_or_a_lost_disk, range(4), fail_at=fail_at, fit=fit)
     model = BPNNClassifier(client=client, early_stopping=early_stopping, **PARAMS)
     gc.disable()
     try:

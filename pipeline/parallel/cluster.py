@@ -234,7 +234,7 @@ def local_cluster(
     # then start the workers: each sets the plugin up as it registers, before it handles
     # any task, so nothing ever runs unthrottled; one that joins or restarts later gets it
     # too, and a fit's idempotent registration of the plugin is then a no-op.
-    started_at = time.time()  # (see _close_after_failure)
+    earlier = _worker_processes() if processes else None  # (see _close_after_failure)
     cluster = EmulatedLocalCluster(
         n_workers=0,
         threads_per_worker=threads_per_worker,
@@ -264,7 +264,7 @@ def local_cluster(
             )
         _start_workers(cluster, n, timeout)
     except BaseException:
-        _close_after_failure(cluster, started_at)
+        _close_after_failure(cluster, earlier)
         raise
     return cluster
 
@@ -292,24 +292,28 @@ def _importing_the_script_in_a_worker() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def _close_after_failure(cluster: LocalCluster, started_at: float) -> None:
+def _close_after_failure(cluster: LocalCluster, earlier: set[int] | None) -> None:
     """Close a cluster whose start failed or was interrupted, keeping the cause.
 
     distributed's ``close`` asserts on workers still starting (``AssertionError:
     Status.init``), which would replace the caller's ``KeyboardInterrupt`` or error, and the
     process of a worker that was starting as the close began outlives it (until the
     driver's exit reaps it). So the close's own error is dropped, and the worker processes
-    started since ``started_at`` that still run are ended, until none has come up for a few
-    checks. They are found among this process's descendants, not reaped here (distributed
-    reads their exit status). Another cluster of this process starting workers at the same
-    moment would lose those too: nothing in a started process names its cluster.
+    under this one that were not there before the start (``earlier``,
+    :func:`_worker_processes`; None for in-process workers) are ended, until none has come
+    up for a second. They are not
+    reaped here: distributed reads their exit status. Another cluster of this process
+    starting workers at the same moment would lose those too: nothing in a started process
+    names its cluster.
     """
     _drop_failed_starts_on(getattr(cluster.loop, "asyncio_loop", None))
     with contextlib.suppress(Exception):
         cluster.close()
+    if earlier is None:  # in-process workers: no process to end
+        return
     quiet, deadline = 0, time.monotonic() + LATE_WORKER_WAIT_S
-    while quiet < 3 and time.monotonic() < deadline:
-        late = _worker_processes_started_since(started_at)
+    while quiet < 10 and time.monotonic() < deadline:  # none for a second
+        late = _worker_processes() - earlier
         for pid in late:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -317,16 +321,17 @@ def _close_after_failure(cluster: LocalCluster, started_at: float) -> None:
         time.sleep(0.1)
 
 
-def _worker_processes_started_since(started_at: float) -> set[int]:
-    """Running ``multiprocessing`` processes under this one started since ``started_at``
-    (Unix time), but its servers (a forkserver, the resource tracker)."""
+def _worker_processes() -> set[int]:
+    """Running ``multiprocessing`` processes under this one, but its servers (a forkserver,
+    the resource tracker). By process id: a process's start time, as the kernel counts it,
+    can read a tenth of a second or more off ``time.time()``."""
     import psutil  # distributed's own dependency
 
     me = psutil.Process()
     found = set()
     for p in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if p.create_time() < started_at or p.status() == psutil.STATUS_ZOMBIE:
+            if p.status() == psutil.STATUS_ZOMBIE:
                 continue
             line = " ".join(p.cmdline())
             server = p.ppid() == me.pid and ("forkserver" in line or "resource_tracker" in line)
@@ -359,7 +364,7 @@ def _drop_failed_starts_on(loop: asyncio.AbstractEventLoop | None) -> None:
 
 
 #: Seconds :func:`_close_after_failure` looks for worker processes a start left behind.
-LATE_WORKER_WAIT_S = 5.0
+LATE_WORKER_WAIT_S = 10.0
 
 
 def _start_workers(cluster: LocalCluster, n: int, timeout: float) -> None:
