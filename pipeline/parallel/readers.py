@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,13 +208,22 @@ def non_numeric_columns(dtypes: Mapping[Any, Any]) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+# numpy parses an .npy header with ast.literal_eval, and CPython 3.11 keeps the AST
+# constructor's recursion count per interpreter, not per thread: in-process workers
+# (threads) reading shards of one .npz at once failed a fresh-venv test run with "SystemError:
+# AST constructor recursion depth mismatch". One header at a time per process (a few hundred
+# bytes each).
+_HEADER_LOCK = threading.Lock()
+
+
 def _npz_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype] | None:
     """Read an ``.npy`` header from a stream; None when the format version is unknown."""
     version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(f)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(f)
+    with _HEADER_LOCK:
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(f)
     return None
 
 
