@@ -225,6 +225,12 @@ def _check_data_args(path: str, target: str | None) -> None:
         raise CliError(f"data file not found: {path}")
     if kind != "npz" and target is None:  # after the above: a missing file is the first fix
         raise UsageError(f"--target COLUMN is required for {kind} data")
+    from hmdspt.parallel.readers import check_file_source
+
+    try:  # its arrays or --target column, from its metadata: not after a cluster started
+        check_file_source(path, target)
+    except (OSError, ValueError, TypeError) as exc:  # as the readers word them
+        raise CliError(str(exc)) from None
 
 
 def load_dataset(path: str, target: str | None, random_state: int = 0):

@@ -173,7 +173,8 @@ def test_a_multi_line_library_message_is_cut_to_its_first_line(capsys, monkeypat
         raise ValueError("Input X contains NaN.\nA long paragraph of advice.")
 
     monkeypatch.setattr(cli, "load_dataset", boom)
-    (tmp_path / "x.npz").touch()  # it exists: the command line is checked before reading
+    # A sound file: the command line and the file's metadata are checked before reading.
+    np.savez(tmp_path / "x.npz", X=np.zeros((4, 2)), y=np.arange(4) % 2)
     assert main(["train", "--in-process", "--data", str(tmp_path / "x.npz")]) == 1
     assert capsys.readouterr().err == "hmdspt: error: Input X contains NaN.\n"
 

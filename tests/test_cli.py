@@ -172,6 +172,10 @@ def test_train_with_data_file_and_missing_target(tmp_path):
     result = _hmdspt("train", "--in-process", "--data", str(path), "--target", "nope")
     assert result.returncode == 1
     assert "'nope' not found" in result.stderr and "label" in result.stderr
+    # For a cluster too, before it starts: on a batch system that means before its jobs.
+    result = _hmdspt("train", "--speeds", "2,1", "--data", str(path), "--target", "nope")
+    assert (result.returncode, result.stdout) == (1, "")  # no "cluster: ..." line
+    assert "'nope' not found" in result.stderr
     # A missing file: tests/test_cli_conventions.py (in-process, the same main()).
 
 

@@ -43,7 +43,15 @@ from hmdspt.core.shard import (
 if TYPE_CHECKING:  # pandas is imported where a file is read: `hmdspt --help` needs none
     import pandas as pd
 
-__all__ = ["NPZ_KEY_PAIRS", "SUFFIX_READERS", "FileData", "read_file", "reader_kind", "source_kind"]
+__all__ = [
+    "NPZ_KEY_PAIRS",
+    "SUFFIX_READERS",
+    "FileData",
+    "check_file_source",
+    "read_file",
+    "reader_kind",
+    "source_kind",
+]
 
 
 #: (X key, y key) pairs tried in order when an ``.npz`` file's keys are not given.
@@ -738,6 +746,25 @@ class FileData:
     x_key: str | None = None
     y_key: str | None = None
     keys: list[str] = field(default_factory=list)
+
+
+def check_file_source(path: str | os.PathLike, target: str | None = None) -> None:
+    """Check a data file as :func:`read_file` and staging would, from its metadata alone
+    (an ``.npz``'s member headers, a parquet schema, a CSV's first rows): its kind, its
+    arrays or ``target`` column, its feature columns' types.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`read_file` raises them, before any row is read.
+    """
+    path, kind = source_kind(path)
+    if kind == "npz":
+        _npz_meta(path, None, target)
+    elif kind == "parquet":
+        _parquet_meta(path, target)
+    else:
+        _csv_meta(path, target)
 
 
 def source_kind(path: str | os.PathLike, x_key: str | None = None) -> tuple[str, str]:
