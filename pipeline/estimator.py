@@ -1285,7 +1285,7 @@ class _BaseBPNN(BaseEstimator):
         if config.resume and not self._resume_this_fit:
             config = dataclasses.replace(config, resume=False)
         trainer = Trainer(client, self._model, self._optimizer_kwargs(), batch_size, config)
-        trainer.fingerprint_extra = self._labels_fingerprint()
+        trainer.fingerprint_extra = self._resume_fingerprint()
         # The trainer's driver optimizer carries the schedule (and bsp's state).
         self._optimizer = trainer.driver_optimizer
         if sparse.issparse(X_train):
@@ -1380,6 +1380,11 @@ class _BaseBPNN(BaseEstimator):
         )
 
     def _check_checkpoint_settings(self, incremental: bool) -> None:
+        if isinstance(self.checkpoint_dir, (str, os.PathLike)) and not os.fspath(
+            self.checkpoint_dir
+        ):
+            # Path("") is the current folder, and the trainer read "" as no folder at all.
+            raise ValueError("checkpoint_dir must name a folder, got ''; None keeps none")
         if incremental and (self.checkpoint_dir is not None or self.resume):
             raise ValueError(
                 "partial_fit keeps no checkpoints (checkpoint_dir and resume are for fit); "
@@ -1395,11 +1400,18 @@ class _BaseBPNN(BaseEstimator):
             return {}
         return {"classes": [c.item() if hasattr(c, "item") else c for c in self.classes_]}
 
+    def _resume_fingerprint(self) -> dict:
+        """What a checkpoint must match beyond the model's shape, in-process and on a
+        cluster: the classes, and whether the fit stops early (its stopping state, the best
+        score or the best loss, means nothing to a fit that stops the other way; resumed
+        across the switch, the fit failed on a None in it)."""
+        return {**self._labels_fingerprint(), "early_stopping": bool(self.early_stopping)}
+
     def _in_process_fingerprint(self) -> dict:
         """What an in-process checkpoint must match to be resumed into this model."""
         return {
             **model_fingerprint(self._model, self.solver),
-            **self._labels_fingerprint(),
+            **self._resume_fingerprint(),
             # Not in a cluster fit's fingerprint, so neither kind resumes from the other:
             # a cluster's epochs are rounds of per-worker optimizers, not this optimizer.
             "fit": "in-process",

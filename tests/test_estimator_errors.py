@@ -420,3 +420,24 @@ def test_a_fit_in_process_drops_what_describes_an_earlier_fit_on_a_cluster(data,
         model.set_params(client=False).fit(X, y)
     for name in ("training_report_", "prediction_", "run_id_", "run_log_path_"):
         assert not hasattr(model, name)
+
+
+def test_an_empty_checkpoint_dir_is_refused_not_taken_for_the_current_folder(data, tmp_path):
+    X, y = data
+    with pytest.raises(ValueError, match="checkpoint_dir must name a folder, got ''"):
+        BPNNClassifier((4,), max_iter=1, checkpoint_dir="").fit(X, y)
+
+
+@pytest.mark.parametrize("saved_with", [False, True])
+def test_a_resume_across_a_switch_of_early_stopping_is_refused_in_one_line(
+    data, tmp_path, saved_with
+):
+    X, y = data
+    params = dict(hidden_layer_sizes=(4,), random_state=0, checkpoint_dir=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        BPNNClassifier(max_iter=2, early_stopping=saved_with, **params).fit(X, y)
+        resumed = BPNNClassifier(max_iter=4, early_stopping=not saved_with, resume=True, **params)
+        with pytest.raises(CheckpointError, match="early_stopping") as info:
+            resumed.fit(X, y)
+    assert "\n" not in str(info.value)

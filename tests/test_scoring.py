@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
@@ -247,7 +248,7 @@ def test_probe_trains_on_aligned_copies_of_misaligned_sample_rows(monkeypatch):
 
 
 def test_probe_task_checks_its_settings():
-    with pytest.raises(ValueError, match="seconds must be > 0"):
+    with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
         probe_task(SMALL, seconds=0.0)
     with pytest.raises(ValueError, match="min_seconds <= max_seconds"):
         probe_task(SMALL, min_seconds=1.0, max_seconds=0.5)
@@ -262,6 +263,29 @@ def test_probe_task_checks_its_settings():
 
 
 # ---------------------------------------------------------------- probe on a real cluster
+@pytest.mark.parametrize(
+    ("args", "options", "match"),
+    [
+        (((20, 16, 3), float("nan")), {}, "seconds must be a finite number > 0, got nan"),
+        (((20, 16, 3), float("inf")), {}, "seconds must be a finite number > 0, got inf"),
+        (((20, 0, 3),), {}, r"layer_sizes must be a sequence of at least two whole numbers"),
+        (("abc",), {}, r"layer_sizes must be a sequence .* got 'abc'"),
+        (((20, 3), None, 0), {}, "batch_size and chunk_batches must be whole numbers >= 1"),
+        (((20, 3),), {"max_seconds": float("nan")}, "max_seconds finite and > 0"),
+        (((20, 3),), {"estimator": "mean"}, "estimator must be one of"),
+        (((20, 3),), {"hidden_activation": "gelu"}, "hidden_activation must be one of"),
+    ],
+)
+def test_score_workers_refuses_bad_settings_before_the_workers_see_them(
+    client, caplog, args, options, match
+):
+    """One line, raised here: a probe of nan seconds had run for ever (its deadline was
+    nan), and every other bad setting failed each worker's task, which logged its
+    traceback, before the caller raised the first."""
+    with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+        with pytest.raises(ValueError, match=match):
+            score_workers(client, *args, **options)
+    assert not [r for r in caplog.records if "Compute Failed" in r.getMessage()]
 
 
 # ------------------------------------------------------------- when the probe can pay

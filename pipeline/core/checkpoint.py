@@ -314,8 +314,8 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
 
 
 #: Fingerprint fields added after checkpoints were first written: a checkpoint without one
-#: is not refused for it (a classifier's ``classes``).
-ADDED_KEYS = frozenset({"classes"})
+#: is not refused for it (a classifier's ``classes``, the estimator's ``early_stopping``).
+ADDED_KEYS = frozenset({"classes", "early_stopping"})
 
 
 def model_fingerprint(model: Any, solver: str | None) -> dict[str, Any]:

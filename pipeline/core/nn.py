@@ -24,7 +24,9 @@ import numpy as np
 
 __all__ = [
     "ACTIVATIONS",
+    "HIDDEN_ACTIVATIONS",
     "LOSSES",
+    "OUTPUT_ACTIVATIONS",
     "MLP",
     "SGDOptimizer",
     "AdamOptimizer",
@@ -46,6 +48,9 @@ _MATCHING_LOSS = {
     "softmax": "log_loss",
     "logistic": "binary_log_loss",
 }
+#: The activations :class:`MLP` takes for its hidden layers and for its output layer.
+HIDDEN_ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
+OUTPUT_ACTIVATIONS = tuple(_MATCHING_LOSS)
 
 
 def _activate_inplace(name: str, z: np.ndarray) -> None:
@@ -167,7 +172,7 @@ class MLP:
                 f"layer_sizes needs at least an input and an output layer of >= 1 unit, "
                 f"got {layer_sizes}"
             )
-        if hidden_activation not in ("identity", "logistic", "tanh", "relu"):
+        if hidden_activation not in HIDDEN_ACTIVATIONS:
             raise ValueError(f"unknown hidden activation {hidden_activation!r}")
         if out_activation not in _MATCHING_LOSS:
             raise ValueError(f"unknown output activation {out_activation!r}")

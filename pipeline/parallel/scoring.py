@@ -26,7 +26,7 @@ from hmdspt.parallel.client import (
 )
 from hmdspt.parallel.cluster import connected
 from hmdspt.parallel.membership import active_membership
-from hmdspt.parallel.worker import probe_task
+from hmdspt.parallel.worker import check_probe_settings, probe_task
 
 __all__ = ["PROBE_MIN_S", "probe_workers", "score_workers"]
 
@@ -146,6 +146,18 @@ def probe_workers(
     its row budget is only as precise as that minimum made it (its ``rel_se`` says how
     precise); the online scores of the first rounds refine it.
     """
+    # Here, once: else every worker fails its task and logs the traceback first.
+    check_probe_settings(
+        layer_sizes,
+        seconds,
+        batch_size,
+        hidden_activation,
+        out_activation,
+        min_seconds=min_seconds,
+        max_seconds=max_seconds,
+        rel_tol=rel_tol,
+        estimator=estimator,
+    )
     addresses = list(workers) if workers is not None else sorted(scheduler_workers(client))
     if not addresses:
         raise ValueError("the cluster has no workers to score")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import threading
 import time
 import uuid
@@ -42,7 +43,9 @@ from distributed.worker_state_machine import FreeKeysEvent
 
 from hmdspt.core.merge import ErrorFeedback, compress
 from hmdspt.core.nn import (
+    HIDDEN_ACTIVATIONS,
     MLP,
+    OUTPUT_ACTIVATIONS,
     AdamOptimizer,
     BatchBuffers,
     make_optimizer,
@@ -235,6 +238,83 @@ def batches_per_chunk(cpu_s: float, batches: int, target_s: float = CHUNK_CPU_S)
     return max(1, int(np.ceil(target_s * batches / cpu_s)))
 
 
+def check_probe_settings(
+    layer_sizes: Sequence[int],
+    seconds: float | None,
+    batch_size: int,
+    hidden_activation: str,
+    out_activation: str,
+    *,
+    chunk_batches: int = 16,
+    min_seconds: float = 0.1,
+    max_seconds: float = 2.0,
+    rel_tol: float = 0.05,
+    min_chunks: int = 8,
+    max_rows: int | None = None,
+    estimator: str = "trimmed",
+    hiccup_factor: float = 3.0,
+) -> None:
+    """Raise ValueError, one line, for a setting :func:`probe_task` cannot run with.
+
+    Called by the probe's caller before it submits anything (else each worker failed the
+    task, and logged its traceback, for the caller to raise the first) and by the task.
+    Numbers must be finite: a probe of ``nan`` seconds had a deadline nothing reached.
+    """
+    sizes = list(layer_sizes) if isinstance(layer_sizes, Sequence) else None
+    if (
+        sizes is None
+        or isinstance(layer_sizes, str)
+        or len(sizes) < 2
+        or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 for n in sizes)
+    ):
+        raise ValueError(
+            "layer_sizes must be a sequence of at least two whole numbers >= 1 (input, "
+            f"hidden..., output), got {layer_sizes!r}"
+        )
+    if hidden_activation not in HIDDEN_ACTIVATIONS or out_activation not in OUTPUT_ACTIVATIONS:
+        raise ValueError(
+            f"hidden_activation must be one of {HIDDEN_ACTIVATIONS} and out_activation one of "
+            f"{OUTPUT_ACTIVATIONS}, got {hidden_activation!r}, {out_activation!r}"
+        )
+    if not all(_whole(n) and n >= 1 for n in (batch_size, chunk_batches)):
+        raise ValueError(
+            f"batch_size and chunk_batches must be whole numbers >= 1, got {batch_size!r}, "
+            f"{chunk_batches!r}"
+        )
+    if seconds is not None:
+        if not (_real(seconds) and math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        return
+    if not (
+        _real(min_seconds)
+        and _real(max_seconds)
+        and math.isfinite(max_seconds)
+        and 0 <= min_seconds <= max_seconds
+        and max_seconds > 0
+    ):
+        raise ValueError(
+            f"need 0 <= min_seconds <= max_seconds, max_seconds finite and > 0, got "
+            f"min_seconds={min_seconds!r}, max_seconds={max_seconds!r}"
+        )
+    if not (_real(rel_tol) and rel_tol >= 0) or min_chunks < 2:
+        raise ValueError(f"rel_tol must be a number >= 0 and min_chunks >= 2, got {rel_tol!r}")
+    if max_rows is not None and not (_whole(max_rows) and max_rows >= 1):
+        raise ValueError(f"max_rows must be a whole number >= 1, got {max_rows!r}")
+    if estimator not in PROBE_ESTIMATORS or not (_real(hiccup_factor) and hiccup_factor > 1):
+        raise ValueError(
+            f"estimator must be one of {PROBE_ESTIMATORS} and hiccup_factor > 1, got "
+            f"{estimator!r}, {hiccup_factor!r}"
+        )
+
+
+def _whole(n: Any) -> bool:
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool)
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isnan(x)
+
+
 def probe_task(
     layer_sizes: Sequence[int],
     seconds: float | None = None,
@@ -343,25 +423,21 @@ def probe_task(
     The fixed mode keeps its original ``rows / busy_s`` (a long probe averages them out).
     """
     adaptive = seconds is None
-    if batch_size < 1 or chunk_batches < 1:
-        raise ValueError("batch_size and chunk_batches must be >= 1")
-    if adaptive:
-        if not (0 <= min_seconds <= max_seconds and max_seconds > 0):
-            raise ValueError(
-                f"need 0 <= min_seconds <= max_seconds and max_seconds > 0, got "
-                f"min_seconds={min_seconds!r}, max_seconds={max_seconds!r}"
-            )
-        if not rel_tol >= 0 or min_chunks < 2:
-            raise ValueError("rel_tol must be >= 0 and min_chunks >= 2")
-        if max_rows is not None and max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {max_rows!r}")
-        if estimator not in PROBE_ESTIMATORS or not hiccup_factor > 1:
-            raise ValueError(
-                f"estimator must be one of {PROBE_ESTIMATORS} and hiccup_factor > 1, got "
-                f"{estimator!r}, {hiccup_factor!r}"
-            )
-    elif not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    check_probe_settings(
+        layer_sizes,
+        seconds,
+        batch_size,
+        hidden_activation,
+        out_activation,
+        chunk_batches=chunk_batches,
+        min_seconds=min_seconds,
+        max_seconds=max_seconds,
+        rel_tol=rel_tol,
+        min_chunks=min_chunks,
+        max_rows=max_rows,
+        estimator=estimator,
+        hiccup_factor=hiccup_factor,
+    )
 
     rng = np.random.RandomState(seed)
     model = MLP(layer_sizes, hidden_activation=hidden_activation, out_activation=out_activation)
