@@ -313,12 +313,16 @@ def _emulation_of(client) -> dict | None:
         slowdowns, speeds = emulation.slowdowns, list(emulation.speeds.values())
         method = emulation.method
     else:
+        from hmdspt.parallel.client import scheduler_workers
         from hmdspt.parallel.worker import get_slowdowns
 
         try:
-            slowdowns = dict(sorted(get_slowdowns(client).items()))
+            by_address = get_slowdowns(client)
+            names = {a: str(w.get("name", a)) for a, w in scheduler_workers(client).items()}
         except (OSError, TimeoutError):  # a worker leaving: the fit's own checks say so
             return None
+        # In the workers' order by name, as local_cluster lists its speeds.
+        slowdowns = {a: by_address[a] for a in sorted(by_address, key=lambda a: names.get(a, a))}
         slowest = max(slowdowns.values(), default=1.0)
         speeds = [round(slowest / k, 6) for k in slowdowns.values()]
         method = Emulation.method

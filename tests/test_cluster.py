@@ -605,7 +605,7 @@ def test_n_workers_as_for_local_cluster_gives_that_many_workers_at_full_speed():
         assert _emulation_of(c)["speeds"] == [2.0, 1.0]
         # Reached by its address, the cluster object unknown: the workers' slowdowns say.
         with Client(cluster.scheduler_address) as by_address:
-            assert sorted(_emulation_of(by_address)["speeds"]) == [1.0, 2.0]
+            assert _emulation_of(by_address)["speeds"] == [2.0, 1.0]  # by worker name
 
 
 @pytest.mark.parametrize(
