@@ -1488,8 +1488,9 @@ class _BaseBPNN(BaseEstimator):
 
     def _left_to_continue(self, directory) -> bool:
         """Whether ``resume=True`` has a fit to continue in ``directory``: not when its
-        newest checkpoint ends a fit that converged or ran ``max_iter`` epochs, as many as
-        this one asks for (warned: this fit starts afresh).
+        newest checkpoint ends a fit that converged, or holds as many epochs as this one
+        asks for or more, however that fit ended (``max_iter``, ``max_seconds``, Ctrl-C)
+        (warned: this fit starts afresh).
 
         Resuming such a checkpoint trains no epoch: the fit would return the model it
         holds, trained on the rows of that fit. Under a cross-validation every fold after
@@ -1501,8 +1502,10 @@ class _BaseBPNN(BaseEstimator):
         finished_by, epochs = extra.get("finished_by"), int(extra.get("n_iter_", 0))
         if finished_by == "converged":
             ended = f"converged after {epochs} epochs"
-        elif finished_by == "max_iter" and epochs >= self.max_iter:
-            ended = f"ran its {epochs} epochs (max_iter={self.max_iter} here)"
+        elif ckpt is not None and epochs >= self.max_iter:
+            # Resumed, it would train no epoch and return n_iter_ above max_iter.
+            plural = "" if epochs == 1 else "s"
+            ended = f"ran {epochs} epoch{plural} (max_iter={self.max_iter} here)"
         else:
             return True
         warnings.warn(

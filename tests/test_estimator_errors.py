@@ -159,7 +159,7 @@ def test_resume_does_not_take_a_finished_fits_model_for_a_fit_on_other_rows(data
         warnings.simplefilter("ignore")
         first = BPNNClassifier((4,), checkpoint_dir=tmp_path, resume=True, **params)
         first.fit(X[:half], y[:half])
-        with pytest.warns(UserWarning, match="ran its 3 epochs .* this fit starts afresh"):
+        with pytest.warns(UserWarning, match="ran 3 epochs .* this fit starts afresh"):
             other = BPNNClassifier((4,), checkpoint_dir=tmp_path, resume=True, **params)
             other.fit(X[half:], y[half:])
         plain = BPNNClassifier((4,), **params).fit(X[half:], y[half:])
@@ -441,3 +441,18 @@ def test_a_resume_across_a_switch_of_early_stopping_is_refused_in_one_line(
         with pytest.raises(CheckpointError, match="early_stopping") as info:
             resumed.fit(X, y)
     assert "\n" not in str(info.value)
+
+
+def test_a_resume_with_fewer_epochs_than_a_stopped_fit_ran_starts_afresh_warned(data, tmp_path):
+    """A fit stopped by its time box (or Ctrl-C) after more epochs than the resuming fit
+    asks for: resumed, it trained no epoch and returned that model with n_iter_ above
+    max_iter, without a word."""
+    X, y = data
+    params = dict(hidden_layer_sizes=(4,), random_state=0, checkpoint_dir=tmp_path, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        boxed = BPNNClassifier(max_iter=50, max_seconds=1e-9, **params).fit(X, y)
+    assert boxed.n_iter_ == 1  # stopped by its time box after its first epoch
+    with pytest.warns(UserWarning, match="ran 1 epoch .* this fit starts afresh"):
+        resumed = BPNNClassifier(max_iter=1, resume=True, **params).fit(X, y)
+    assert resumed.n_iter_ == 1
