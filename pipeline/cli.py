@@ -25,7 +25,6 @@ import contextlib
 import glob
 import io
 import logging
-import multiprocessing
 import os
 import signal
 import sys
@@ -37,12 +36,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from hmdspt.core.process import importing_the_main_script_in_a_child  # stdlib only
+
 # A worker process of the command's own cluster imports the command's script first (Python's
 # spawn runs the main module again in each child): from here on it leaves SIGINT to the
 # command, which closes the cluster. Else a Ctrl-C at the terminal while the cluster started
 # (it goes to the whole process group) printed each worker process's traceback. Before the
 # imports that take the child's time.
-if getattr(multiprocessing.current_process(), "_inheriting", False):
+if importing_the_main_script_in_a_child():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 import numpy as np  # noqa: E402  (after the check above)

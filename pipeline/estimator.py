@@ -723,19 +723,21 @@ class _BaseBPNN(BaseEstimator):
         called_at=None,
         on_round=None,
         sample_weight=None,
-        restore_to: dict | None = None,
+        prepare=None,
     ):
         # called_at: time.perf_counter() at the user's call; a cluster fit's wall time
-        # (run_end.wall_s, utilisation) counts from there. restore_to: the estimator's
-        # attributes at the user's call, when the caller changed some before this.
+        # (run_end.wall_s, utilisation) counts from there. prepare: a caller's set-up of
+        # the estimator (partial_fit's first call), undone with the rest if refused.
         # Dask data persisted for this fit (its held-out rows) goes when the fit ends, also
         # when it fails: not once a kept error's traceback, which holds it, is collected.
         # A fit refused before it trains (its input, labels or outputs) leaves the
         # estimator as it was: still the model fitted before, or still unfitted.
-        before = dict(self.__dict__) if restore_to is None else restore_to
+        before = dict(self.__dict__)
         self._persisted_for_fit = []
         self._training = False
         try:
+            if prepare is not None:
+                prepare()
             return self._fit_body(X, y, incremental, eval_set, called_at, on_round, sample_weight)
         except BaseException:
             if not self._training:
@@ -2045,28 +2047,25 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
             The updated estimator.
         """
         called_at = time.perf_counter()
-        before = dict(self.__dict__)  # what a refused call leaves (_fit)
         if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
             X, y = _read_in_process(X, y)
         _refuse_missing_labels(y)  # before type_of_target, which fails on one unnamed
-        try:
+
+        def first_call() -> None:
             if _check_partial_fit_first_call(self, classes):
                 self._label_binarizer = LabelBinarizer()
                 if type_of_target(y).startswith("multilabel"):
                     self._label_binarizer.fit(y)
                 else:
                     self._label_binarizer.fit(classes)
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(before)
-            raise
+
         return self._fit(
             X,
             y,
             incremental=True,
             called_at=called_at,
             sample_weight=sample_weight,
-            restore_to=before,
+            prepare=first_call,
         )
 
     def __sklearn_tags__(self):

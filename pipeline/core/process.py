@@ -10,6 +10,7 @@ process back what it had when the last lets go.
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,17 @@ from typing import Any
 __all__ = [
     "HUGE_PAGES",
     "ProcessSetting",
+    "importing_the_main_script_in_a_child",
     "numpy_huge_page_advice",
     "numpy_huge_page_switch",
 ]
+
+
+def importing_the_main_script_in_a_child() -> bool:
+    """Whether this process is a spawned one still importing its parent's main script
+    (as Python's ``spawn`` does in every child before it runs its target)."""
+    # The flag multiprocessing's own check reads (spawn._check_not_importing_main).
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 class ProcessSetting:

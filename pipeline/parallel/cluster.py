@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import multiprocessing
 import numbers
 import os
 import signal
@@ -38,6 +37,7 @@ from distributed.protocol.pickle import dumps
 from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
+from hmdspt.core.process import importing_the_main_script_in_a_child
 from hmdspt.parallel.worker import MAX_SLOWDOWN, HMDSPTWorkerPlugin
 
 __all__ = [
@@ -202,7 +202,7 @@ def local_cluster(
     ...     print(cluster.emulation)
     emulated speeds 4:2:1 (duty cycle: ...)
     """
-    if processes and _importing_the_script_in_a_worker():
+    if processes and importing_the_main_script_in_a_child():
         # The script called us unguarded, so each worker process re-runs it on start; a
         # process cannot start others then (Python refuses), and the driver would wait out
         # ``timeout`` and print a traceback per process.
@@ -286,12 +286,6 @@ def _speeds_for(speeds: Sequence[float] | None, n_workers: int | None) -> tuple[
     return checked
 
 
-def _importing_the_script_in_a_worker() -> bool:
-    """Whether this process is a spawned one still importing its parent's main script."""
-    # The flag multiprocessing's own check reads (spawn._check_not_importing_main).
-    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
-
-
 def _close_after_failure(cluster: LocalCluster, earlier: set[int] | None) -> None:
     """Close a cluster whose start failed or was interrupted, keeping the cause.
 
@@ -301,10 +295,9 @@ def _close_after_failure(cluster: LocalCluster, earlier: set[int] | None) -> Non
     driver's exit reaps it). So the close's own error is dropped, and the worker processes
     under this one that were not there before the start (``earlier``,
     :func:`_worker_processes`; None for in-process workers) are ended, until none has come
-    up for a second. They are not
-    reaped here: distributed reads their exit status. Another cluster of this process
-    starting workers at the same moment would lose those too: nothing in a started process
-    names its cluster.
+    up for a second. They are not reaped here: distributed reads their exit status. Another
+    cluster of this process starting workers at the same moment would lose those too:
+    nothing in a started process names its cluster.
     """
     _drop_failed_starts_on(getattr(cluster.loop, "asyncio_loop", None))
     with contextlib.suppress(Exception):

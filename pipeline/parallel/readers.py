@@ -48,6 +48,7 @@ __all__ = [
     "SUFFIX_READERS",
     "FileData",
     "check_file_source",
+    "file_meta",
     "read_file",
     "reader_kind",
     "source_kind",
@@ -758,13 +759,16 @@ def check_file_source(path: str | os.PathLike, target: str | None = None) -> Non
     FileNotFoundError, ValueError
         As :func:`read_file` raises them, before any row is read.
     """
-    path, kind = source_kind(path)
+    file_meta(*source_kind(path), None, target)
+
+
+def file_meta(path: str, kind: str, x_key: str | None, target: str | None) -> dict[str, Any]:
+    """The metadata of a data file of reader ``kind`` (:func:`source_kind`), checked: an
+    ``.npz``'s arrays (``x_key``, ``target`` the y array's), or a table's ``target`` and
+    feature columns."""
     if kind == "npz":
-        _npz_meta(path, None, target)
-    elif kind == "parquet":
-        _parquet_meta(path, target)
-    else:
-        _csv_meta(path, target)
+        return _npz_meta(path, x_key, target)
+    return _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
 
 
 def source_kind(path: str | os.PathLike, x_key: str | None = None) -> tuple[str, str]:
@@ -832,10 +836,7 @@ def read_file(
     """
     path, kind = source_kind(path, x_key)
     dtype = np.dtype(dtype)
-    if kind == "npz":
-        meta = _npz_meta(path, x_key, target)
-    else:
-        meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
+    meta = file_meta(path, kind, x_key, target)
     n_rows = meta["n_rows"]
     if n_rows == 0:
         raise ValueError(f"{path} has no rows")

@@ -84,6 +84,7 @@ from hmdspt.parallel.readers import (
     _read_parquet_shard,
     _unique_target,
     empty_frame,
+    file_meta,
     frame_parts,
     missing_label_error,
     missing_labels,
@@ -1218,12 +1219,11 @@ class PathReader(SourceReader):
     def __init__(self, path: str, target: str | None, x_key: str | None) -> None:
         path, kind = source_kind(path, x_key)  # the checks and messages read_file gives
         self.path, self.kind, self.target = path, kind, target
+        meta = file_meta(path, kind, x_key, target)
         if kind == "npz":
-            meta = _npz_meta(path, x_key, target)
             self.feature_names = None
             self.labelled = meta["y_key"] is not None
         else:
-            meta = _parquet_meta(path, target) if kind == "parquet" else _csv_meta(path, target)
             self.feature_names = meta["features"]
             self.labelled = target is not None
             meta["n_features"] = len(self.feature_names)
