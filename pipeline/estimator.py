@@ -1499,7 +1499,11 @@ class _BaseBPNN(BaseEstimator):
         the first was the first fold's model, scored on rows it had trained on; a fit on
         other rows kept a model that had never seen them.
         """
-        ckpt = load_latest_checkpoint(directory)
+        # A fit that resumes reads the folder again and warns then about the files it
+        # skips (damaged, older format); these are said here only if it starts afresh.
+        with warnings.catch_warnings(record=True) as skipped:
+            warnings.simplefilter("always", RuntimeWarning)
+            ckpt = load_latest_checkpoint(directory)
         extra = {} if ckpt is None else dict(ckpt.meta.get("extra") or {})
         finished_by, epochs = extra.get("finished_by"), int(extra.get("n_iter_", 0))
         if finished_by == "converged":
@@ -1510,6 +1514,8 @@ class _BaseBPNN(BaseEstimator):
             ended = f"ran {epochs} epoch{plural} (max_iter={self.max_iter} here)"
         else:
             return True
+        for warning in skipped:
+            warnings.warn(warning.message, warning.category, stacklevel=5)
         warnings.warn(
             f"resume=True: the newest checkpoint in {directory} ({ckpt.path.name}) ends a "
             f"fit that {ended}, which leaves nothing to continue; this fit starts afresh "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -170,6 +171,41 @@ def test_resume_does_not_take_a_finished_fits_model_for_a_fit_on_other_rows(data
     if where == "in-process":  # the same fit as one without checkpoints
         np.testing.assert_array_equal(other._model.params, plain._model.params)
     assert longer.n_iter_ == 5 and longer.loss_curve_[:3] == other.loss_curve_
+
+
+def _damage_newest_checkpoint(folder) -> str:
+    """Flip bytes inside the newest checkpoint's payload; return its file name."""
+    newest = sorted(Path(folder).glob("ckpt-*.npz"))[-1]
+    data = bytearray(newest.read_bytes())
+    for i in range(200, 260):
+        data[i] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    return newest.name
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+@pytest.mark.parametrize("then", ["resumes", "starts afresh"])
+def test_a_damaged_checkpoint_is_named_once_whether_the_fit_resumes_or_not(
+    data, tmp_path, where, then
+):
+    # The folder was read twice, once to decide whether to resume and once to resume,
+    # and each read warned about the same damaged file.
+    X, y = data
+    with contextlib.ExitStack() as stack:
+        client = _client_for(where, stack)
+        params = dict(random_state=0, client=client, tol=0.0, checkpoint_dir=tmp_path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            BPNNClassifier((4,), max_iter=3, **params).fit(X, y)
+        damaged = _damage_newest_checkpoint(tmp_path)
+        max_iter = 5 if then == "resumes" else 2  # the good one holds 2 epochs
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fitted = BPNNClassifier((4,), max_iter=max_iter, resume=True, **params).fit(X, y)
+    said = [str(w.message) for w in caught]
+    assert sum(damaged in m and m.startswith("skipping") for m in said) == 1, said
+    assert any("starts afresh" in m for m in said) == (then == "starts afresh"), said
+    assert fitted.n_iter_ == max_iter
 
 
 def test_a_diverging_in_process_fit_warns_once_with_the_numbers():
