@@ -367,7 +367,7 @@ def format_table(results: list[RunResult], target: float) -> str:
     """
     head = (
         f"{'run':20s} {'wall s':>7s} {'train s':>8s} {'s to target':>12s} {'fastest idle %':>15s} "
-        f"{'efficiency':>10s} {'final acc':>10s} {'epochs':>7s} {'bytes/round':>12s}"
+        f"{'efficiency':>11s} {'final acc':>10s} {'epochs':>7s} {'bytes/round':>12s}"
     )
     lines = [f"target accuracy: {target:.4f}", head]
     for r in results:
@@ -380,7 +380,7 @@ def format_table(results: list[RunResult], target: float) -> str:
             f"{r.name:20s} {_seconds(r.wall_s):>7s} {_seconds(r.train_s):>8s} "
             f"{'-' if to_target is None else _seconds(to_target):>12s} "
             f"{opt(None if r.fastest_idle_fraction is None else 100 * r.fastest_idle_fraction, '15.1f'):>15s} "  # noqa: E501
-            f"{opt(r.efficiency, '10.2f'):>10s} {r.final_accuracy:10.4f} {r.epochs:7d} "
+            f"{opt(r.efficiency, '11.2f'):>11s} {r.final_accuracy:10.4f} {r.epochs:7d} "
             f"{opt(r.bytes_per_round, '12,.0f'):>12s}"
         )
     return "\n".join(lines)

@@ -305,6 +305,19 @@ def test_compare_shows_sub_second_runs_to_the_hundredth():
     assert rows == {"bpnn-in-process": ["0.04", "0.04", "0.04"], "hmdspt": ["12.3", "11.0", "11.0"]}
 
 
+def test_compare_column_titles_stand_apart():
+    """The titles "fastest idle %" and "efficiency" read as one: two spaces part them all."""
+    from hmdspt.compare import RunResult, format_table
+
+    run = RunResult("hmdspt", 1.5, 1.4, 0.95, [(1.4, 0.95)], 3)
+    head = format_table([run], 0.94).splitlines()[1]
+    titles = [t.strip() for t in head.split("  ") if t.strip()]
+    assert titles == [
+        "run", "wall s", "train s", "s to target", "fastest idle %", "efficiency",
+        "final acc", "epochs", "bytes/round",
+    ]  # fmt: skip
+
+
 def test_the_synchronisation_a_round_pays_reads_in_the_singular_for_one_round():
     from hmdspt.core.prediction import sync_per_round
 
