@@ -15,6 +15,7 @@ import pytest
 from hmdspt.core import runlog
 from hmdspt.core.runlog import (
     EVENT_TYPES,
+    HEAD_BYTES,
     SCHEMA_VERSION,
     RunLogTail,
     RunLogWriter,
@@ -275,11 +276,13 @@ def test_tail_reads_only_new_bytes(tmp_path):
         assert len(first) == 50
         size = path.stat().st_size
         assert tail.offset == size
-        # Scribble over everything already read (same length, still newline-free per
-        # line): a re-read would now fail in strict mode or return wrong events.
+        # Scribble over everything already read but the first bytes, which the tail reads
+        # again to notice a rewrite (same length, still newline-free per line): a re-read
+        # would now fail in strict mode or return wrong events.
         data = path.read_bytes()
         with open(path, "r+b") as f:
-            f.write(bytes(b if b == 0x0A else ord("#") for b in data))
+            f.seek(HEAD_BYTES)
+            f.write(bytes(b if b == 0x0A else ord("#") for b in data[HEAD_BYTES:]))
         log.score(50, "w0", 50.0, "online")
         new_size = path.stat().st_size
         new = tail.read_new()
@@ -324,6 +327,25 @@ def test_tail_counts_a_restart_when_a_larger_file_replaces_the_log(tmp_path):
     os.replace(tmp, path)
     assert [e["score"] for e in tail.read_new()] == [0, 1, 2, 3, 4, 5]
     assert tail.offset > offset and tail.restarts == 1
+
+
+def test_tail_restarts_when_the_log_is_rewritten_in_place_past_its_offset(tmp_path):
+    """A new run on the same path truncates the file and writes it again through the same
+    inode; by the next call it had grown past the offset, and the tail read the new run's
+    later lines as if they followed the old run's."""
+    path = tmp_path / "run.jsonl"
+    old = [_line({"event": "score", "run_id": "old", "score": i}) for i in range(2)]
+    new = [_line({"event": "score", "run_id": "new", "score": 10 + i}) for i in range(5)]
+    path.write_bytes(b"".join(old))
+    tail = RunLogTail(path)
+    assert [e["score"] for e in tail.read_new()] == [0, 1]
+    with open(path, "r+b") as f:  # the same inode, never smaller than the offset read
+        f.write(b"".join(new))
+    assert [e["score"] for e in tail.read_new()] == [10, 11, 12, 13, 14]
+    assert tail.restarts == 1
+    with open(path, "ab") as f:  # appending is no rewrite
+        f.write(_line({"event": "score", "run_id": "new", "score": 15}))
+    assert [e["score"] for e in tail.read_new()] == [15] and tail.restarts == 1
 
 
 # --------------------------------------------------------------------------------- summary

@@ -39,6 +39,7 @@ from hmdspt.core.paths import check_file_path
 
 __all__ = [
     "EVENT_TYPES",
+    "HEAD_BYTES",
     "MAX_DEPTH",
     "MAX_LINE_BYTES",
     "SCHEMA_VERSION",
@@ -903,12 +904,18 @@ def read_events(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
     return _parse_lines(data[:end], strict)[0]
 
 
+#: How many of a run log's first bytes :class:`RunLogTail` compares on every call: its
+#: first event names the run and its start, so a rewritten file differs there.
+HEAD_BYTES = 256
+
+
 class RunLogTail:
     """Follow a growing run log, parsing only what was appended since the last call.
 
     It keeps the byte offset it has read up to and the bytes of an incomplete last line,
-    which it completes with the next call's bytes. It never reads a byte twice, so
-    polling a long run costs what was appended, not the size of the log.
+    which it completes with the next call's bytes. Past the file's first
+    :data:`HEAD_BYTES`, which every call compares, it never reads a byte twice, so polling
+    a long run costs what was appended, not the size of the log.
 
     Parameters
     ----------
@@ -932,10 +939,12 @@ class RunLogTail:
 
     Notes
     -----
-    If the file is replaced or truncated (its inode changes or it shrinks below
-    ``offset``), the tail starts again from its beginning and counts a restart. A file
-    replaced by a larger one (written elsewhere, then renamed over the log, as rsync and
-    scp do) leaves ``offset`` where it was or higher: only :attr:`restarts` tells. An
+    If the file is replaced or rewritten (its inode changes, it shrinks below ``offset``,
+    or its first bytes are no longer those read), the tail starts again from its beginning
+    and counts a restart. A file replaced by a larger one (written elsewhere, then renamed
+    over the log, as rsync and scp do; or truncated and rewritten past ``offset`` between
+    two calls, as a new run on the same path is) leaves ``offset`` where it was or higher:
+    only :attr:`restarts` tells. An
     unfinished line that grows beyond :data:`MAX_LINE_BYTES` is dropped rather than held,
     and counted as skipped once its newline arrives.
     """
@@ -954,6 +963,7 @@ class RunLogTail:
         self._pending = b""
         self._dropping = False  # inside a line longer than MAX_LINE_BYTES
         self._inode: int | None = None
+        self._head = b""  # the file's first bytes as read: a rewrite changes them
 
     @property
     def pending_bytes(self) -> int:
@@ -968,6 +978,7 @@ class RunLogTail:
         self._pending = b""
         self._dropping = False
         self._inode = None
+        self._head = b""
 
     def _hold(self, data: bytes) -> None:
         """Keep the bytes of the unfinished last line, unless it is already too long."""
@@ -987,7 +998,11 @@ class RunLogTail:
         events: list[dict] = []
         with f:
             st = os.fstat(f.fileno())
-            if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
+            if self._inode is not None and (
+                st.st_ino != self._inode
+                or st.st_size < self.offset
+                or os.pread(f.fileno(), len(self._head), 0) != self._head
+            ):
                 self.reset()
             self._inode = st.st_ino
             # Read up to the size seen now; what is appended meanwhile waits for next call.
@@ -997,6 +1012,8 @@ class RunLogTail:
                 chunk = f.read(min(self.chunk_size, remaining))
                 if not chunk:
                     break
+                if len(self._head) < HEAD_BYTES:
+                    self._head += chunk[: HEAD_BYTES - len(self._head)]
                 self.offset += len(chunk)
                 remaining -= len(chunk)
                 # Search only the new chunk for the last newline: the pending bytes have
