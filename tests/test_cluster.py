@@ -623,6 +623,38 @@ def test_n_workers_that_is_not_a_count_or_disagrees_with_speeds_is_one_line(
         local_cluster(speeds, n_workers=n_workers, processes=False)
 
 
+def _blocked_signals(pid: int) -> int:
+    """The signal mask (``SigBlk``) of a process's main thread, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk")), 16
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_worker_processes_start_with_sigint_blocked_and_the_caller_keeps_its_mask():
+    """A Ctrl-C at the terminal goes to the driver and every worker process; one that came
+    while a worker's interpreter started (before any handler of ours could be set) printed
+    its traceback. The workers now begin with SIGINT blocked; the caller's mask is its own."""
+    import dask
+
+    sigint_bit = 1 << (signal.SIGINT - 1)
+    mine = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    # Spawned, as by default: the tests' forkserver (conftest) passes on its own mask.
+    with (
+        dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}),
+        local_cluster((2, 1)) as cluster,
+        Client(cluster) as client,
+    ):
+        pids = client.run(os.getpid)
+        assert all(_blocked_signals(pid) & sigint_bit for pid in pids.values()), pids
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mine
+        for pid in pids.values():  # what the terminal sends them: held, not raised
+            os.kill(pid, signal.SIGINT)
+        assert client.run(os.getpid) == pids
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mine
+
+
 def test_an_interrupt_while_the_workers_start_is_raised_and_leaves_no_process():
     """Ctrl-C while ``local_cluster`` starts its worker processes: the caller gets the
     ``KeyboardInterrupt`` (distributed's close of workers still starting raised an

@@ -235,16 +235,18 @@ def local_cluster(
     # any task, so nothing ever runs unthrottled; one that joins or restarts later gets it
     # too, and a fit's idempotent registration of the plugin is then a no-op.
     earlier = _worker_processes() if processes else None  # (see _close_after_failure)
-    cluster = EmulatedLocalCluster(
-        n_workers=0,
-        threads_per_worker=threads_per_worker,
-        processes=processes,
-        dashboard_address=dashboard_address,
-        silence_logs=silence_logs,
-        memory_limit=memory_limit,
-        **kwargs,
-    )
+    cluster = None
     try:
+        with _sigint_blocked_in_threads_started(processes):
+            cluster = EmulatedLocalCluster(
+                n_workers=0,
+                threads_per_worker=threads_per_worker,
+                processes=processes,
+                dashboard_address=dashboard_address,
+                silence_logs=silence_logs,
+                memory_limit=memory_limit,
+                **kwargs,
+            )
         cluster.emulation = Emulation(dict(zip(names, speeds)), slowdowns)
         plugin = HMDSPTWorkerPlugin(
             slowdowns, blas_threads=blas_threads, numpy_huge_pages=numpy_huge_pages
@@ -264,9 +266,39 @@ def local_cluster(
             )
         _start_workers(cluster, n, timeout)
     except BaseException:
-        _close_after_failure(cluster, earlier)
+        if cluster is not None:
+            _close_after_failure(cluster, earlier)
         raise
     return cluster
+
+
+@contextmanager
+def _sigint_blocked_in_threads_started(on: bool) -> Iterator[None]:
+    """Block SIGINT in this thread while the block runs (if ``on``, where the OS can).
+
+    A thread inherits its creator's signal mask, and a process the mask of the thread that
+    started it, through ``exec``. The cluster's event-loop thread, started in the block,
+    starts every worker process; each then begins with SIGINT blocked and never gets the
+    Ctrl-C a terminal sends its whole process group. Ignoring SIGINT once the worker is set
+    up (:class:`DriverInterruptsPlugin`) left its interpreter's start: one Ctrl-C in 20
+    there printed a worker's ``KeyboardInterrupt`` traceback. A SIGINT that arrives for
+    this thread meanwhile is held and raised as the block ends.
+
+    multiprocessing's resource tracker is started first: the thread that starts it ends
+    with SIGINT unblocked (``ensure_running`` unblocks what it blocked for its own start),
+    and the cluster's event-loop thread would otherwise be that thread.
+    """
+    if not on or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _speeds_for(speeds: Sequence[float] | None, n_workers: int | None) -> tuple[float, ...]:
