@@ -74,7 +74,7 @@ from hmdspt.core.nn import (
     split_weights,
     weighted_targets,
 )
-from hmdspt.core.shard import LabelColumns
+from hmdspt.core.shard import DataError, LabelColumns
 from hmdspt.core.strategies import PARTITION_POLICIES, SYNC_STRATEGIES
 from hmdspt.parallel import blocks
 
@@ -240,12 +240,25 @@ def _blockwise(method, X, n_columns: int | None, dtype):
     )
 
 
-def _aligned_rows(values, rows):
-    """``values`` (labels or weights, Dask or in memory) as a Dask array in the row blocks
-    of the Dask array ``rows``."""
+def _aligned_rows(values, rows, what: str = "y"):
+    """``values`` (``what``: ``"y"`` or ``"sample_weight"``, Dask or in memory) as a Dask
+    array in the row blocks of the Dask array ``rows``; refused in scikit-learn's words
+    where their lengths differ (Dask's rechunk said "Chunks do not add up to shape")."""
     import dask.array as da
 
     values = _rows_of(values) if _is_lazy(values) else da.from_array(np.asarray(values))
+    n_rows, n_values = rows.shape[0], values.shape[0]
+    if what == "sample_weight" and values.ndim != 1:
+        raise ValueError(
+            f"Sample weights must be 1D array or scalar, got {values.ndim}D array of shape "
+            f"{values.shape} instead."
+        )
+    if n_values != n_rows:
+        if what == "sample_weight":
+            raise ValueError(f"sample_weight.shape == ({n_values},), expected ({n_rows},)!")
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: [{n_rows}, {n_values}]"
+        )
     return values.rechunk({0: rows.chunks[0]})
 
 
@@ -255,6 +268,17 @@ def _checked_by_block(values, check):
     return values.map_blocks(functools.partial(blocks.checked_block, check), dtype=values.dtype)
 
 
+def _label_sample(y) -> np.ndarray:
+    """Labels that tell what kind ``y``'s are (:func:`blocks.label_kind`) without computing
+    Dask ``y``: none of its dtype, or none at all for a dtype numpy lacks (pandas' own)."""
+    if not _is_lazy(y):
+        return np.asarray(y)[:1]
+    try:
+        return np.empty(0, np.dtype(y.dtype))
+    except TypeError:
+        return np.empty(0, object)
+
+
 def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None) -> float:
     """``model``'s score (accuracy or R^2) of Dask ``X`` against ``y``, one task per row
     block: each checks its rows, predicts and compares them, and returns the sums the
@@ -262,19 +286,27 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
     checks, comparisons and means, a score took six tasks a block."""
     import dask
 
+    if isinstance(y, str) and _is_dask_frame(X):  # the label column, as fit takes it
+        X, y = X.drop(columns=[y]), X[y]
     _check_lazy_input(estimator, X)
     regression = not is_classifier(estimator)
     labels = None if regression else estimator._label_columns()
     dtype = model.dtype if regression else estimator.classes_.dtype
+    if not regression:  # known from the dtype alone but for objects (then per block)
+        blocks.refuse_mixed_label_kinds(_label_sample(y), estimator.classes_)
     predictor = blocks.BlockPredictor(model, labels)
     rows, predict = _row_blocks(predictor, X, _prediction_width(estimator), dtype)
     targets = _aligned_rows(y, rows)
     if targets.ndim == 2:
         targets = targets.rechunk({1: -1})
+    if sample_weight is not None and np.ndim(sample_weight) == 0:
+        sample_weight = np.full(rows.shape[0], float(sample_weight))
     weights = (
         [None] * rows.numblocks[0]
         if sample_weight is None
-        else _aligned_rows(sample_weight, rows).to_delayed(optimize_graph=False).ravel()
+        else _aligned_rows(sample_weight, rows, "sample_weight")
+        .to_delayed(optimize_graph=False)
+        .ravel()
     )
     starts = np.cumsum((0, *rows.chunks[0][:-1]))
     parts = [
@@ -289,7 +321,14 @@ def _score_of_dask(estimator, X, y, model: MLP, sample_weight=None, client=None)
     if client is None:
         computed = dask.compute(*parts, optimize_graph=False)
     else:
-        computed = client.gather(client.compute(parts, optimize_graph=False))
+        futures = client.compute(parts, optimize_graph=False)
+        try:
+            computed = client.gather(futures)
+        except BaseException:
+            # The error's traceback keeps this frame, and the futures in it their results
+            # on the workers, for as long as the caller keeps the error.
+            client.cancel(futures)
+            raise
     return blocks.combined_score(list(computed), regression)
 
 
@@ -430,6 +469,20 @@ def _prediction_width(estimator) -> int | None:
     return estimator.n_outputs_
 
 
+def _check_labels_of_path(path, y) -> None:
+    """Refuse a fit's ``y`` beside a data file in the estimator's words: staging's own
+    told the user to pass ``target=``, which ``fit`` does not take."""
+    from hmdspt.parallel.readers import reader_kind
+
+    if y is not None and not isinstance(y, str):
+        raise ValueError(
+            f"{os.fspath(path)}: the labels come from the file; name its label column (an "
+            ".npz file's label array) as y, not the labels themselves"
+        )
+    if y is None and reader_kind(path) != "npz":  # an .npz file has a default label array
+        raise ValueError(f"{os.fspath(path)}: no labels; name the label column as y")
+
+
 def _lazy_path(path, y):
     """A data file as Dask ``(features, labels)`` whose blocks the workers read, by
     staging's reader: parquet and CSV as a DataFrame and the Series of its label column
@@ -451,6 +504,51 @@ def _lazy_path(path, y):
 def _score_of_path(estimator, path, y, sample_weight=None) -> float:
     """``estimator.score`` of the rows of a data file (a float)."""
     return estimator.score(*_lazy_path(path, y), sample_weight=sample_weight)
+
+
+def _lazy_weights(sample_weight, client, X):
+    """A fit's ``sample_weight`` beside rows the workers read, as a Dask array, checked as
+    scikit-learn checks weights in memory, before any row is read: 1-D, none negative, not
+    all zero (two bools reach the driver). A scalar weighs every row alike."""
+    if sample_weight is None:
+        return None
+    import dask.array as da
+
+    if np.ndim(sample_weight) == 0:
+        if sample_weight < 0:
+            raise ValueError("Negative values in data passed to `sample_weight`.")
+        if sample_weight == 0:
+            raise ValueError("Sample weights must contain at least one non-zero number.")
+        # One weight for every row, block by block (X's row count may be unknown yet): not
+        # the same as none, as the weights' sum divides the L2 penalty.
+        return _weights_alike(X, float(sample_weight))
+    if not _is_lazy(sample_weight):
+        # Weights the driver holds already: cut into blocks the workers take rows of.
+        sample_weight = da.from_array(np.asarray(sample_weight, dtype=np.float64))
+    if sample_weight.ndim != 1:
+        raise ValueError(
+            f"Sample weights must be 1D array or scalar, got {sample_weight.ndim}D array of "
+            f"shape {sample_weight.shape} instead."
+        )
+    negative, nonzero = client.compute(
+        [(sample_weight < 0).any(), (sample_weight != 0).any()], optimize_graph=False
+    )
+    if negative.result():  # checked on the workers: one bool reaches the driver
+        raise ValueError("Negative values in data passed to `sample_weight`.")
+    if not nonzero.result():
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    return sample_weight
+
+
+def _weights_alike(X, weight: float):
+    """The weight ``weight`` for every row of Dask ``X``, in its row blocks."""
+    import dask.array as da
+
+    if _is_dask_frame(X):
+        X = X.to_dask_array()  # its blocks' lengths stay as they are, known or not
+    return da.map_blocks(
+        lambda block: np.full(len(block), weight), X, drop_axis=1, dtype=np.float64
+    )
 
 
 def _persisted(client, parts: list, kept_for_fit: list) -> list:
@@ -850,6 +948,8 @@ class _BaseBPNN(BaseEstimator):
         """
         from hmdspt.parallel.sources import WorkerRead
 
+        if isinstance(X, (str, os.PathLike)):
+            _check_labels_of_path(X, y)
         _check_lazy_table(self, X)
         _warn_column_vector(y)
         label_column = y if isinstance(y, str) else None
@@ -857,15 +957,7 @@ class _BaseBPNN(BaseEstimator):
             # Its rows split or weighted as a Dask collection's, read by the same reader.
             X, y = _lazy_path(X, y)
             label_column = None
-        if sample_weight is not None and not _is_lazy(sample_weight):
-            import dask.array as da
-
-            # Weights the driver holds already: cut into blocks the workers take rows of.
-            sample_weight = da.from_array(np.asarray(sample_weight, dtype=np.float64))
-        negative = None if sample_weight is None else (sample_weight < 0).any()
-        if negative is not None and client.compute(negative, optimize_graph=False).result():
-            # Checked on the workers before any row is read: one bool reaches the driver.
-            raise ValueError("Negative values in data passed to `sample_weight`.")
+        sample_weight = _lazy_weights(sample_weight, client, X)
         hidden = self._hidden_sizes()
         dtype = _as_dtype(self.dtype)
         first_pass = not hasattr(self, "_model") or (not self.warm_start and not incremental)
@@ -992,7 +1084,13 @@ class _BaseBPNN(BaseEstimator):
 
             y = da.from_array(np.asarray(y))
         self._score_client = client
-        return tuple(_persisted(client, [X, y, weights], self._persisted_for_fit))
+        X, y, weights = _persisted(client, [X, y, weights], self._persisted_for_fit)
+        # Their lengths known now, before the first round (the first score refused them).
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"eval_set has {X.shape[0]} rows in X but {y.shape[0]} in y")
+        if weights is not None and weights.shape[0] != X.shape[0]:
+            raise ValueError(f"eval_set has {X.shape[0]} rows in X but {weights.shape[0]} weights")
+        return X, y, weights
 
     def _eval_score(self) -> float | None:
         if self._eval_set is None:
@@ -1332,7 +1430,12 @@ class _BaseBPNN(BaseEstimator):
             # eval_set if given, else the early-stopping split: logged per round.
             X_held, y_held, weights = held_out
             scored.set_params(params)
-            return self._score_unchecked(X_held, y_held, model=scored, sample_weight=weights)
+            try:
+                return self._score_unchecked(X_held, y_held, model=scored, sample_weight=weights)
+            except DataError as exc:  # its rows are eval_set's, not the training rows
+                if self._eval_set is None:
+                    raise
+                raise DataError(f"eval_set: {exc}") from None
 
         def on_score(training_s: float, score: float) -> None:
             if self._eval_set is not None:  # eval_curve_ is eval_set's

@@ -22,8 +22,10 @@ __all__ = [
     "BlockPredictor",
     "checked_block",
     "combined_score",
+    "label_kind",
     "on_frame",
     "refuse_missing_labels",
+    "refuse_mixed_label_kinds",
     "refuse_non_finite_features",
     "refuse_non_finite_targets",
     "score_parts",
@@ -101,6 +103,36 @@ def refuse_missing_labels(labels: np.ndarray, rows: np.ndarray) -> None:
     check_labels_present(labels, rows, None, whole=False, numeric=True)
 
 
+def label_kind(labels: np.ndarray) -> str | None:
+    """``"string"``, ``"number"`` or None (undecided: no labels, or objects of neither),
+    as scikit-learn tells labels apart when it refuses to compare them."""
+    kind = np.asarray(labels).dtype.kind
+    if kind in "US":
+        return "string"
+    if kind in "biuf":
+        return "number"
+    if kind == "O" and len(labels):
+        first = np.asarray(labels).ravel()[0]
+        if isinstance(first, str):
+            return "string"
+        if isinstance(first, (int, float, np.number, bool, np.bool_)):
+            return "number"
+    return None
+
+
+def refuse_mixed_label_kinds(labels: np.ndarray, classes: np.ndarray) -> None:
+    """Raise as scikit-learn's accuracy does for labels of one kind (strings, numbers)
+    against classes of the other: no label could equal a prediction, and the score of a
+    block of them was 0.0 without a word."""
+    kinds = {label_kind(labels), label_kind(classes)}
+    if kinds == {"string", "number"}:
+        raise ValueError(
+            "Mix of label input types (string and number): the labels are "
+            f"{label_kind(labels)}s, the classes the model was fitted on "
+            f"{label_kind(classes)}s"
+        )
+
+
 def refuse_non_finite_targets(targets: np.ndarray, rows: np.ndarray) -> None:
     """Raise, naming the row, if a block of targets has a NaN or infinity."""
     _refuse_non_finite(as_rows(targets), rows, "y")
@@ -147,6 +179,7 @@ def score_parts(
     predictions = predict(features)
     if not regression:
         refuse_missing_labels(labels, rows)
+        refuse_mixed_label_kinds(labels, predictions)
         right = predictions == labels
         if right.ndim == 2:
             right = right.all(axis=1)

@@ -482,7 +482,9 @@ def _unique_target(
         labels = _parquet_shard(meta["files"], [], target, ids, n_rows, np.dtype(np.float32)).y
     else:
         labels = _csv_shard(path, [], target, ids, n_rows, np.dtype(np.float32), 65_536).y
-    check_labels_present(labels, ids, path)
+    # Classes: a NaN is a missing label too (a float label column of a parquet file),
+    # which np.unique kept as a class and scikit-learn refused as "Input y contains NaN."
+    check_labels_present(labels, ids, path, numeric=True)
     return np.unique(labels)
 
 
