@@ -847,6 +847,14 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     )
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr, as the command's
+    own are (argparse printed its usage block, nine lines for ``train``, above it)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dataclasses import fields
 
@@ -865,7 +873,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the embedded data set)"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="hmdspt",
         description="Heterogeneous micro-difference synchronous parallel training of MLPs.",
     )
@@ -1013,7 +1021,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=cmd_compare)
 
     cluster = sub.add_parser(
-        "cluster", help="show the cluster a run would use; --dry-run prints each pool's job script"
+        "cluster", help="print each pool's job script without submitting it (--dry-run, required)"
     )
     cluster_options(cluster)
     cluster.add_argument(

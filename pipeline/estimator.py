@@ -860,6 +860,8 @@ class _BaseBPNN(BaseEstimator):
         if _is_worker_readable(X):
             _check_label_column_named(X, y)
             if target is None:  # in-process: computed or read here
+                if _is_lazy(X):  # before computing it (scikit-learn's message printed it)
+                    _check_lazy_table(self, X)
                 X, y = _read_in_process(X, y)
             else:
                 from hmdspt.parallel.cluster import connected
@@ -2157,6 +2159,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         called_at = time.perf_counter()
         if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
+            if _is_lazy(X):
+                _check_lazy_table(self, X)
             X, y = _read_in_process(X, y)
         _refuse_missing_labels(y)  # before type_of_target, which fails on one unnamed
 

@@ -345,13 +345,14 @@ def test_dask_x_that_is_not_a_table_of_rows_is_refused_as_in_memory(kind):
             ({}, lambda m: m.fit(bad, labels)),
             (dict(early_stopping=True), lambda m: m.fit(bad, labels)),
             ({}, lambda m: m.fit(X, y, eval_set=(bad, labels))),
+            # In-process too, before computing it (scikit-learn's words printed its rows).
             ({"client": False}, lambda m: m.fit(bad, labels)),
+            ({"client": False}, lambda m: m.partial_fit(bad, labels, classes=[0, 1])),
         ):
             model = BPNNClassifier((4,), max_iter=1, **{"client": client, **params})
             with pytest.raises(ValueError, match=message) as excinfo:
                 call(model)
-            if model.client is not False:  # in-process, scikit-learn's words print the rows
-                _one_line(excinfo)
+            _one_line(excinfo)
         for predicted in (fitted.predict, fitted.predict_proba, lambda d: fitted.score(d, y)):
             with pytest.raises(ValueError, match=message) as excinfo:
                 predicted(bad)
