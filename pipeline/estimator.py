@@ -57,6 +57,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.core.checkpoint import (
     check_fingerprint,
     held_for_one_fit,
@@ -196,7 +197,7 @@ def _warn_column_vector(y) -> None:
             "A column-vector y was passed when a 1d array was expected. Please change the "
             "shape of y to (n_samples, ), for example using ravel().",
             DataConversionWarning,
-            stacklevel=7,  # the user's fit, beyond scikit-learn's wrapper of it
+            stacklevel=user_stacklevel(),
         )
 
 
@@ -1166,7 +1167,7 @@ class _BaseBPNN(BaseEstimator):
             warnings.warn(
                 "Got `batch_size` less than 1 or larger than sample size. It is going to be "
                 "clipped",
-                stacklevel=5,
+                stacklevel=user_stacklevel(),
             )
         return int(np.clip(self.batch_size, 1, n_samples))
 
@@ -1281,7 +1282,7 @@ class _BaseBPNN(BaseEstimator):
                         break
         except KeyboardInterrupt:
             self._interrupted = True
-            warnings.warn("Training interrupted by user.", stacklevel=5)
+            warnings.warn("Training interrupted by user.", stacklevel=user_stacklevel())
 
     def _record_eval(self, score: float | None) -> float | None:
         if score is not None:
@@ -1302,7 +1303,7 @@ class _BaseBPNN(BaseEstimator):
         message = divergence_message(self.loss_curve_)
         if message is not None and not self._divergence_warned:
             self._divergence_warned = True  # once per fit: the loss goes on rising
-            warnings.warn(message, RuntimeWarning, stacklevel=6)
+            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
         if self.verbose:
             print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
         self._update_no_improvement_count(self.early_stopping, X_val, y_val, val_score)
@@ -1324,7 +1325,7 @@ class _BaseBPNN(BaseEstimator):
                 f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached "
                 "and the optimization hasn't converged yet.",
                 ConvergenceWarning,
-                stacklevel=6,
+                stacklevel=user_stacklevel(),
             )
         return False
 
@@ -1620,13 +1621,13 @@ class _BaseBPNN(BaseEstimator):
         else:
             return True
         for warning in skipped:
-            warnings.warn(warning.message, warning.category, stacklevel=5)
+            warnings.warn(warning.message, warning.category, stacklevel=user_stacklevel())
         warnings.warn(
             f"resume=True: the newest checkpoint in {directory} ({ckpt.path.name}) ends a "
             f"fit that {ended}, which leaves nothing to continue; this fit starts afresh "
             "(raise max_iter to train that fit on)",
             UserWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
         return False
 

@@ -208,6 +208,33 @@ def test_a_damaged_checkpoint_is_named_once_whether_the_fit_resumes_or_not(
     assert fitted.n_iter_ == max_iter
 
 
+@pytest.mark.parametrize(
+    ("where", "interrupted"),  # a Ctrl-C sent from on_round, which cluster fits call
+    [(w, False) for w in ("in-process", "cluster", "cluster, Dask rows")]
+    + [(w, True) for w in ("cluster", "cluster, Dask rows")],
+)
+def test_a_fits_warnings_name_the_users_line(data, where, interrupted, sigint_raises):
+    # A fixed stacklevel counted the frames of one path: on a cluster "Training interrupted
+    # by user." and the predicted slow-down named lines of estimator.py.
+    import signal
+
+    import dask.array as da
+
+    X, y = data
+    with contextlib.ExitStack() as stack:
+        client = _client_for(where.split(",")[0], stack)
+        if "Dask" in where:
+            X, y = da.from_array(X, chunks=100), da.from_array(y, chunks=100)
+        on_round = (lambda record: signal.raise_signal(signal.SIGINT)) if interrupted else None
+        model = BPNNClassifier((4,), max_iter=2, batch_size=1000, random_state=0, client=client)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(X, y, on_round=on_round)
+    said = {(w.category.__name__, str(w.message)[:30], Path(w.filename).name) for w in caught}
+    assert caught and all(w.filename == __file__ for w in caught), said
+    assert any("Training interrupted by user." in m for _, m, _ in said) == interrupted, said
+
+
 def test_a_diverging_in_process_fit_warns_once_with_the_numbers():
     """Issue 14, defect 11: Adam with learning_rate_init=1e6 ran on without a word."""
     X, y = load_digits(return_X_y=True)

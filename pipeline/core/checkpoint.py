@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from hmdspt.core.callers import user_stacklevel
+
 try:
     import fcntl
 except ImportError:  # not POSIX: folders are not held (one fit per folder is then the user's)
@@ -309,7 +311,7 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> Checkpoint | None:
         try:
             return read_checkpoint(path)
         except CheckpointError as exc:
-            warnings.warn(f"skipping {exc}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"skipping {exc}", RuntimeWarning, stacklevel=user_stacklevel())
     return None
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.core.paths import check_file_path
 
 __all__ = [
@@ -262,7 +263,7 @@ class RunLogWriter:
             f"run log {self.path} stopped after {self.events_written} events: {reason}; "
             "training goes on",
             RuntimeWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
 
     def write(self, event: str, *, timestamp: float | None = None, **fields: Any) -> dict:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.core.prediction import counted, mean_epoch, predict_epoch, sync_per_round
 from hmdspt.core.rounds import local_step_bound, size_rounds
 from hmdspt.core.runlog import RunTotals
@@ -160,6 +161,6 @@ class Forecast:
                 f"(speed-up {p.speedup:.2f}x; "
                 f"{sync_per_round(sync_s, rounds_per_epoch, ' of synchronisation')})"
             )
-            warnings.warn(message, RuntimeWarning, stacklevel=5)
+            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
             if t.log is not None:
                 t.log.write("warning", round=t.round_index, message=message)

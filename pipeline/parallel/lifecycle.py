@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import SchedulerPlugin
 from distributed.protocol.pickle import dumps
 
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.parallel.worker import HMDSPTWorkerPlugin, drop_run_state, drop_runs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,7 +131,7 @@ def open_run(client: Client, run_id: str) -> bool:
             f"the scheduler could not take the HMDSPT run-owner plugin ({exc!r}); if this "
             "driver dies, its run state stays on the workers until they restart",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         return False
 

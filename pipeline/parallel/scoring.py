@@ -16,6 +16,7 @@ from typing import Any
 
 from distributed import Client
 
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.core.speed import ProbeResult
 from hmdspt.parallel.client import (
     WorkerLostError,
@@ -336,6 +337,6 @@ def score_workers(
             f"no speed for {len(result.lost)} worker(s) that left the cluster during the "
             f"probe: {', '.join(result.lost)}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     return result.speeds

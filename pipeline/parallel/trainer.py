@@ -39,6 +39,7 @@ import numpy as np
 from distributed import Client, span
 
 from hmdspt.core import strategies
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.core.checkpoint import (
     Checkpoint,
     check_fingerprint,
@@ -593,7 +594,7 @@ class Trainer:
                     f"rounds_per_epoch={cfg.rounds_per_epoch} is more than the "
                     f"{n_rows} training rows; it is clipped to {n_rows}",
                     UserWarning,
-                    stacklevel=4,
+                    stacklevel=user_stacklevel(),
                 )
             rounds_per_epoch = n_rows
         return rounds_per_epoch
