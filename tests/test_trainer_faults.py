@@ -441,3 +441,29 @@ def test_fitting_workers_keeps_the_fastest_that_can_each_get_min_rows():
     assert fitting_workers(0, scores, min_rows=0) == scores
     with pytest.raises(ValueError, match="too few rows"):
         fitting_workers(2, scores, min_rows=3)
+
+
+def test_a_fit_whose_client_is_closed_fails_at_once_saying_so(tmp_path):
+    """Its message nested the worker's cut-off call under "lost the connection to the
+    scheduler" where the user had closed the client. (A scheduler that is lost: the fit's
+    end no longer waits out the client's reconnect, 30 s by default, in calls to it;
+    closing an in-process cluster whose scheduler was closed takes 30 s itself, so that
+    is checked by a script, not here.)"""
+    X, y = make_classification(n_samples=2000, n_features=6, random_state=0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster:
+        client = Client(cluster)
+
+        def on_round(record):
+            if record.round == 3:
+                client.close()
+
+        model = BPNNClassifier(
+            (8,), max_iter=20, rounds_per_epoch=4, random_state=0, client=client,
+            run_log=str(tmp_path / "run.jsonl"),
+        )  # fmt: skip
+        said = "the client was closed during the fit, in round 4"
+        with warnings.catch_warnings(), pytest.raises(TrainingError, match=f"^{said}$"):
+            warnings.simplefilter("ignore")
+            model.fit(X, y, on_round=on_round)
+    (end,) = [e for e in read_events(tmp_path / "run.jsonl") if e["event"] == "run_end"]
+    assert end["status"] == "failed" and end["reason"] == said

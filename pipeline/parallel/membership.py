@@ -135,7 +135,11 @@ class _Feed:
     def close(self, timeout: float) -> None:
         handlers = getattr(self.client, "_event_handlers", {})
         try:
-            if self.atomic:
+            if self.client.status != "running":
+                # Its calls would wait out its reconnect (30 s by default) before failing;
+                # a scheduler it lost sends no more events, nor one it is closed to.
+                pass
+            elif self.atomic:
                 count = self.client.run_on_scheduler(_unsubscribe, client_id=self.client.id)
                 # Events already on their way: let them land on this handler.
                 expected = int(count) - self.first_count

@@ -438,11 +438,15 @@ class Trainer:
                 raise KeyboardInterrupt from exc
             reason = f"{type(exc).__name__}: {exc}"
             if self.client.status != "running":
-                # Whatever failed first, the cause is the lost scheduler: say so.
-                reason = (
-                    f"lost the connection to the scheduler at {self._scheduler_address} "
-                    f"(client {self.client.status}) in round {self.round_index}: {reason}"
-                )
+                # Whatever failed first (a worker's call cut off, as here it always is),
+                # the cause is the client's: say only that.
+                if self.client.status in ("closing", "closed"):
+                    reason = f"the client was closed during the fit, in round {self.round_index}"
+                else:
+                    reason = (
+                        f"lost the connection to the scheduler at {self._scheduler_address} "
+                        f"in round {self.round_index}"
+                    )
                 raise TrainingError(reason) from exc
             if isinstance(exc, (TrainingError, DataError)):
                 raise  # bad rows are the input's fault (a ValueError), not the cluster's
@@ -894,10 +898,14 @@ class Trainer:
         if self.staged is not None:
             self.final_counts = dict(self.staged.counts)
             self.staged.release()
-        try:
-            close_run(self.client, self.run_id, self._owner_recorded)
-        except Exception:  # the cluster may be gone; nothing to clean then
-            pass
+        # Not through a client that is not connected: its calls wait out its reconnect (30 s
+        # by default) before they fail. The workers drop the run with its client
+        # (RunOwnersPlugin) if the scheduler lives on; if it is gone, so is their state.
+        if self.client.status == "running":
+            try:
+                close_run(self.client, self.run_id, self._owner_recorded)
+            except Exception:  # the cluster may be gone; nothing to clean then
+                pass
         self.membership.close()  # no handler of this fit stays on the client
 
     def _speed(self, addr: str) -> float:
