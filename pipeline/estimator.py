@@ -126,6 +126,7 @@ _TRAINER_OPTION_CONSTRAINTS: dict = {
     "min_rows": [Interval(Integral, 0, None, closed="left")],
     "quiet_workers": ["boolean"],
     "broadcast_timeout_s": [Interval(Real, 0, None, closed="neither")],
+    "stall_warning_s": [Interval(Real, 0, None, closed="neither")],
     "eval_resolution": [Interval(Real, 0, None, closed="left")],
 }
 
@@ -1899,7 +1900,8 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
         ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,
         ``rebalance_threshold``, ``min_rows``,
-        ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
+        ``quiet_workers``, ``broadcast_timeout_s``, ``stall_warning_s`` and
+        ``eval_resolution``. An unknown
         key fails the fit, in-process too.
 
     Attributes
@@ -2314,7 +2316,8 @@ class BPNNRegressor(RegressorMixin, _BaseBPNN):
         ``first_wave_fraction``, ``ramp_rounds``, ``ramp_first_round_s``,
         ``max_ramp_rounds``, ``probe_seconds``, ``reuse_speeds_s``, ``cost_window_s``,
         ``rebalance_threshold``, ``min_rows``,
-        ``quiet_workers``, ``broadcast_timeout_s`` and ``eval_resolution``. An unknown
+        ``quiet_workers``, ``broadcast_timeout_s``, ``stall_warning_s`` and
+        ``eval_resolution``. An unknown
         key fails the fit, in-process too.
 
     Attributes

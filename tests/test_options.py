@@ -66,6 +66,7 @@ NON_DEFAULT_OPTIONS = {
     "min_rows": 2,
     "quiet_workers": False,
     "broadcast_timeout_s": 30.0,
+    "stall_warning_s": 5.0,
     "eval_resolution": 0.1,
 }
 

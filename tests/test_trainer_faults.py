@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -467,3 +468,37 @@ def test_a_fit_whose_client_is_closed_fails_at_once_saying_so(tmp_path):
             model.fit(X, y, on_round=on_round)
     (end,) = [e for e in read_events(tmp_path / "run.jsonl") if e["event"] == "run_end"]
     assert end["status"] == "failed" and end["reason"] == said
+
+
+def test_a_round_held_by_a_worker_busy_with_another_task_is_warned_about(tmp_path):
+    """A worker runs one task a thread: a round waited behind another task of the user's
+    (two minutes in an audit) with nothing said. Named once the round has waited
+    ``stall_warning_s``; the round still waits, and the fit completes."""
+    X, y = make_classification(n_samples=2000, n_features=6, random_state=0)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, **FREE_PORTS) as cluster,
+        Client(cluster) as client,
+    ):
+        busy = sorted(scheduler_workers(client))[0]
+        held = []
+
+        def on_round(record):
+            if record.round == 2:  # the next round's call queues behind it on that worker
+                held.append(client.submit(time.sleep, 1.5, workers=[busy], pure=False))
+
+        model = BPNNClassifier(
+            (8,), max_iter=2, rounds_per_epoch=4, random_state=0, client=client,
+            run_log=str(tmp_path / "run.jsonl"),
+            trainer_options={"stall_warning_s": 0.3, "ramp_rounds": 0},
+        )  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(X, y, on_round=on_round)
+        held[0].result()
+    stalled = [
+        str(w.message) for w in caught if "which took it and have not answered" in str(w.message)
+    ]
+    assert len(stalled) == 1 and re.match(r"round \d+ has waited [\d.]+ s on worker", stalled[0])
+    logged = [e for e in read_events(tmp_path / "run.jsonl") if e["event"] == "warning"]
+    assert [e["message"] for e in logged if "have not answered" in e["message"]] == stalled
+    assert model.n_iter_ == 2

@@ -139,6 +139,11 @@ class TrainerConfig:
         worker that refuses it because it is not running (paused for memory, or retiring
         without leaving) is asked again about once a second and fails the fit after this
         long; workers that leave meanwhile are recovered as soon as they are seen gone.
+    stall_warning_s : float
+        Seconds a round waits on workers that took it but have not answered before a
+        warning (and a ``warning`` event in the run log) names them, once a round: a
+        worker busy with another task (a Dask worker runs one task a thread) holds the
+        round, and the fit, until it is free, without a word otherwise.
     record_row_ids : bool
         Workers return the ids of the rows they processed;
         ``hmdspt.parallel.trainer.Trainer.rows_seen`` then counts, per epoch, how often
@@ -192,6 +197,7 @@ class TrainerConfig:
     emulation: dict | None = None
     record_row_ids: bool = False
     broadcast_timeout_s: float = 20.0
+    stall_warning_s: float = 30.0
     eval_resolution: float = 0.05
     max_seconds: float | None = None
     checkpoint_dir: str | None = None
@@ -230,6 +236,8 @@ class TrainerConfig:
             )
         if not self.local_lr_scale > 0:
             raise ValueError(f"local_lr_scale must be > 0, got {self.local_lr_scale}")
+        if not self.stall_warning_s > 0:
+            raise ValueError(f"stall_warning_s must be > 0, got {self.stall_warning_s}")
         if not self.ramp_first_round_s > 0:
             raise ValueError(f"ramp_first_round_s must be > 0, got {self.ramp_first_round_s}")
         if not self.reuse_speeds_s >= 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hmdspt.core import merge
+from hmdspt.core.callers import user_stacklevel
 from hmdspt.parallel.client import call_each, scheduler_workers
 from hmdspt.parallel.worker import ROUND_OP, RoundSpec, WorkerNotRunning
 
@@ -260,10 +262,18 @@ class RoundRunner:
         )
         futures = {future: addr for addr, future in calls.items()}
         pending = set(futures)
+        warn_at = time.perf_counter() + t.config.stall_warning_s
         try:
             while pending:
-                # Until a call returns or a worker leaves: a call to a hung worker never does.
-                done, gone = t.membership.wait_any(pending, {futures[f] for f in pending})
+                # Until a call returns or a worker leaves: a call to a hung worker never
+                # does, one to a worker busy with another task not until that task ends.
+                wait = warn_at - time.perf_counter() if warn_at is not None else None
+                done, gone = t.membership.wait_any(
+                    pending, {futures[f] for f in pending}, None if wait is None else max(wait, 0)
+                )
+                if not done and not gone and warn_at is not None and time.perf_counter() >= warn_at:
+                    self._warn_stalled(sorted(futures[f] for f in pending), start)
+                    warn_at = None
                 pending -= done
                 for future in done:
                     addr = futures[future]
@@ -285,6 +295,20 @@ class RoundRunner:
             for future in pending:  # calls to workers that left, or an interrupted wait
                 future.cancel()
         return refused
+
+    def _warn_stalled(self, waited_on: list[str], start: float) -> None:
+        """Say which workers a round has waited on for ``stall_warning_s`` (warned and in
+        the run log), once a round; the round goes on waiting for them."""
+        t = self.trainer
+        names = ", ".join(t._names.get(addr, addr) for addr in waited_on)
+        message = (
+            f"round {t.round_index} has waited {time.perf_counter() - start:.2g} s on worker(s) "
+            f"{names}, which took it and have not answered: busy with another task (a Dask "
+            "worker runs one task a thread) or stalled; the fit waits for them"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
+        if t.log is not None:
+            t.log.write("warning", round=t.round_index, message=message)
 
     def apply(self, results: dict[str, dict]) -> None:
         """Combine the workers' payloads into the global parameters (the strategy)."""
