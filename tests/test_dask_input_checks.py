@@ -182,3 +182,34 @@ def test_a_missing_numeric_label_in_a_file_is_named_by_its_row_on_a_cluster(rows
     pd.DataFrame(X, columns=[f"f{i}" for i in range(6)]).assign(label=labels).to_parquet(path)
     with pytest.raises(DataError, match=r"rows.parquet: y has a missing label .* first at row 420"):
         _fit(client, str(path), "label")
+
+
+def test_bad_rows_a_worker_finds_are_one_line_without_its_compute_failed_log(rows, client):
+    # Each worker logged "Compute Failed" with a traceback (on the user's terminal, for
+    # in-process workers) before the fit raised its one line; a user's own failing task
+    # is still logged.
+    import logging
+
+    X, y = rows
+    weights = np.ones(N_ROWS)
+    weights[420] = np.nan
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("distributed.worker")
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(DataError, match=r"^sample_weight has NaN/infinite value\(s\)"):
+            _fit(
+                client,
+                da.from_array(X, chunks=CHUNK),
+                da.from_array(y, chunks=CHUNK),
+                sample_weight=da.from_array(weights, chunks=CHUNK),
+            )
+        assert not [m for m in records if m.startswith("Compute Failed")], records
+        with pytest.raises(ZeroDivisionError):
+            client.submit(lambda: 1 / 0).result()
+        assert any(m.startswith("Compute Failed") for m in records), records
+    finally:
+        logger.removeHandler(handler)
+    assert _nothing_on_the_workers(client)

@@ -23,6 +23,7 @@ the speeds the worker remembers (see :class:`HMDSPTWorkerPlugin`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import numbers
 import threading
@@ -41,6 +42,7 @@ from distributed.utils import sync
 from distributed.worker import WORKER_ANY_RUNNING
 from distributed.worker_state_machine import FreeKeysEvent
 
+from hmdspt.core.callers import PACKAGE_DIR
 from hmdspt.core.merge import ErrorFeedback, compress
 from hmdspt.core.nn import (
     HIDDEN_ACTIVATIONS,
@@ -779,6 +781,23 @@ def _limit_blas(threads: int) -> Callable[[], Any]:
 _BLAS_LIMIT = ProcessSetting(_limit_blas)
 
 
+class _OwnDataErrors(logging.Filter):
+    """Drops a worker's "Compute Failed" record of a task of this package's that found bad
+    rows (a :class:`~hmdspt.core.shard.DataError`: a NaN weight, a NaN in an ``eval_set``):
+    the fit raises that error in one line naming the row, and each worker's record with
+    its traceback came first (in-process workers print it on the user's terminal). Any
+    other task's failure is logged as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Compute Failed") or len(record.args or ()) < 5:
+            return True
+        exception, traceback = str(record.args[3]), str(record.args[4])
+        return not (exception.startswith("DataError(") and PACKAGE_DIR in traceback)
+
+
+_OWN_DATA_ERRORS = _OwnDataErrors()
+
+
 class HMDSPTWorkerPlugin(WorkerPlugin):
     """The one HMDSPT plugin of a worker: its emulation, its runs' state, its speeds.
 
@@ -926,6 +945,8 @@ class HMDSPTWorkerPlugin(WorkerPlugin):
             HUGE_PAGES.hold(self.numpy_huge_pages)
             self.holds_huge_pages = True
         worker.handlers[ROUND_OP] = self.round_handler
+        # Once a process (a filter is kept once however often it is added).
+        logging.getLogger("distributed.worker").addFilter(_OWN_DATA_ERRORS)
 
     def teardown(self, worker: Worker) -> None:
         if worker.handlers.get(ROUND_OP) == self.round_handler:
