@@ -283,7 +283,9 @@ class RoundRunner:
                     except WorkerNotRunning as exc:
                         refused[addr] = exc
                     except Exception as exc:
-                        if not t.membership.wait_gone({addr}, self.LOSS_NOTICE_S):
+                        # A client that is not connected hears of no departure: no wait.
+                        connected = t.client.status == "running"
+                        if not (connected and t.membership.wait_gone({addr}, self.LOSS_NOTICE_S)):
                             raise TrainingError(
                                 f"worker {t._names.get(addr, addr)} failed in round "
                                 f"{t.round_index}: {exc!r}"
