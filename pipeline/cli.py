@@ -851,6 +851,9 @@ class _OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line on stderr, as the command's
     own are (argparse printed its usage block, nine lines for ``train``, above it)."""
 
+    #: The commands' parsers by name (set on the top parser by :func:`build_parser`).
+    commands: dict[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -880,6 +883,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices  # name -> the command's parser
 
     def cluster_options(p: argparse.ArgumentParser) -> None:
         add_cluster_arguments(p)
@@ -1127,7 +1131,10 @@ def _quiet_unstarted_sync_cancel() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hmdspt ARGV``; the exit code (module docstring: 0, 1 or 2)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to, whose --help lists its options
+        command = parser.commands.get(getattr(args, "command", None), parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     _quiet_unstarted_sync_cancel()
     # The machine's node id, now: distributed's Client asks for it (uuid1) while it connects,
     # and the standard library's first lookup swallows a Ctrl-C in a bare ``except:``, which

@@ -149,6 +149,16 @@ def test_usage_problems_exit_2_with_one_line(tmp_path, capsys, argv, message):
     assert line.startswith("hmdspt") and ": error: " in line and message in line, err
 
 
+def test_an_unknown_option_is_named_by_the_command_it_was_given_to(capsys):
+    # argparse names the top parser for options no parser knows: "see hmdspt --help",
+    # which does not list train's options.
+    code, err = _run(["train", "--bogus", "1"], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "hmdspt train: error: unrecognized arguments: --bogus 1 (see hmdspt train --help)"
+    )
+
+
 # ------------------------------------------------------------------------ progress
 def test_fit_calls_on_round_after_every_round(scheduler, small_npz):
     data = np.load(small_npz)
