@@ -172,16 +172,20 @@ def test_a_file_fit_refuses_labels_given_other_than_by_their_column_in_its_own_w
         _fit(client, str(path), y)
 
 
-def test_a_missing_numeric_label_in_a_file_is_named_by_its_row_on_a_cluster(rows, client, tmp_path):
-    # A float label column with a NaN: np.unique kept the NaN as a class, and the fit
-    # failed in scikit-learn's words ("Input y contains NaN.") naming neither row nor file.
+@pytest.mark.parametrize("where", ["cluster", "in-process"])
+def test_a_missing_numeric_label_in_a_file_is_named_by_its_file_and_row(
+    rows, client, tmp_path, where
+):
+    # A float label column with a NaN: on a cluster np.unique kept the NaN as a class, and
+    # the fit failed in scikit-learn's words ("Input y contains NaN."), naming neither row
+    # nor file; in-process the row was named but not the file.
     X, y = rows
     labels = y.astype(float)
     labels[420] = np.nan
     path = tmp_path / "rows.parquet"
     pd.DataFrame(X, columns=[f"f{i}" for i in range(6)]).assign(label=labels).to_parquet(path)
     with pytest.raises(DataError, match=r"rows.parquet: y has a missing label .* first at row 420"):
-        _fit(client, str(path), "label")
+        _fit(client if where == "cluster" else False, str(path), "label")
 
 
 def test_bad_rows_a_worker_finds_are_one_line_without_its_compute_failed_log(rows, client):
