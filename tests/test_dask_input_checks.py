@@ -217,3 +217,27 @@ def test_bad_rows_a_worker_finds_are_one_line_without_its_compute_failed_log(row
     finally:
         logger.removeHandler(handler)
     assert _nothing_on_the_workers(client)
+
+
+def test_text_late_in_a_csvs_numeric_column_is_one_data_error(rows, client, tmp_path):
+    # pandas infers the column's type from the first rows; the text failed a worker's read
+    # after the run had begun, as a TrainingError wrapping it, each worker's "Compute
+    # Failed" record first.
+    import logging
+
+    X, y = np.tile(rows[0], (5, 1)), np.tile(rows[1], 5)  # past the rows the types are read from
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)]).astype(object).assign(label=y)
+    frame.loc[2900, "f3"] = "abc"
+    path = tmp_path / "late.csv"
+    frame.to_csv(path, index=False)
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("distributed.worker").addHandler(handler)
+    try:
+        with pytest.raises(DataError, match=r"late.csv: could not convert string to float: 'abc'$"):
+            _fit(client, str(path), "label")
+    finally:
+        logging.getLogger("distributed.worker").removeHandler(handler)
+    assert not [m for m in records if m.startswith("Compute Failed")], records
+    assert _nothing_on_the_workers(client)

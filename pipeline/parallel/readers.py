@@ -465,8 +465,9 @@ def _csv_shard(
     except (ValueError, TypeError) as exc:
         if str(exc).startswith(path):  # already names the file
             raise
-        # A value pandas cannot parse as a number (past the rows _csv_meta looked at).
-        raise ValueError(f"cannot read {path}: {_first_line(exc)}") from None
+        # A value pandas cannot parse as a number (past the rows _csv_meta looked at): bad
+        # rows, raised as such (a ValueError), not as a failure of the cluster.
+        raise DataError(f"cannot read {path}: {_first_line(exc)}") from None
 
 
 def _unique_target(
