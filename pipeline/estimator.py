@@ -445,12 +445,12 @@ def _check_label_column_named(X, y) -> None:
     )
 
 
-def _read_in_process(X, y, classes: bool = False):
-    """A Dask collection or a file (``y``: its label column or key), read here.
-
-    ``classes``: the labels are a classifier's, of which a NaN is a missing one, named with
-    the file and its row as on a cluster (a NaN among a regressor's targets is refused as
-    such where it is trained)."""
+def _read_in_process(estimator, X, y):
+    """A Dask collection or a file (``y``: its label column or key), read here for
+    ``estimator``: Dask ``X`` that is not a table of rows refused before it is computed
+    (scikit-learn's message then printed its values), a classifier's missing label in a
+    file (a NaN too) named with the file and its row, as on a cluster (a NaN among a
+    regressor's targets is refused as such where it is trained)."""
     if isinstance(X, (str, os.PathLike)):
         import pandas as pd
 
@@ -459,11 +459,12 @@ def _read_in_process(X, y, classes: bool = False):
         data = read_file(X, y)
         if data.y is None:
             raise ValueError(f"{os.fspath(X)}: no labels; name the label column as y")
-        if classes:
+        if is_classifier(estimator):
             rows = np.arange(len(data.y))
             check_labels_present(data.y, rows, os.fspath(X), numeric=True)
         features = data.X if data.features is None else pd.DataFrame(data.X, columns=data.features)
         return features, data.y
+    _check_lazy_table(estimator, X)
     if isinstance(y, str):  # the label column of a Dask DataFrame
         X, y = X.drop(columns=[y]), X[y]
     return X.compute(), (y.compute() if hasattr(y, "compute") else y)
@@ -869,9 +870,7 @@ class _BaseBPNN(BaseEstimator):
         if _is_worker_readable(X):
             _check_label_column_named(X, y)
             if target is None:  # in-process: computed or read here
-                if _is_lazy(X):  # before computing it (scikit-learn's message printed it)
-                    _check_lazy_table(self, X)
-                X, y = _read_in_process(X, y, classes=is_classifier(self))
+                X, y = _read_in_process(self, X, y)
             else:
                 from hmdspt.parallel.cluster import connected
 
@@ -1068,7 +1067,7 @@ class _BaseBPNN(BaseEstimator):
         if _is_worker_readable(X_eval):
             if on_cluster:
                 return X_eval, y_eval
-            X_eval, y_eval = _read_in_process(X_eval, y_eval, classes=is_classifier(self))
+            X_eval, y_eval = _read_in_process(self, X_eval, y_eval)
         X_eval = validate_data(self, X_eval, accept_sparse=["csr", "csc"], reset=False)
         y_eval = np.asarray(y_eval)
         if len(y_eval) != X_eval.shape[0]:
@@ -2169,9 +2168,7 @@ class BPNNClassifier(ClassifierMixin, _BaseBPNN):
         """
         called_at = time.perf_counter()
         if _is_worker_readable(X):  # partial_fit trains in-process: read or computed here
-            if _is_lazy(X):
-                _check_lazy_table(self, X)
-            X, y = _read_in_process(X, y, classes=is_classifier(self))
+            X, y = _read_in_process(self, X, y)
         _refuse_missing_labels(y)  # before type_of_target, which fails on one unnamed
 
         def first_call() -> None:
