@@ -262,16 +262,14 @@ class RoundRunner:
         )
         futures = {future: addr for addr, future in calls.items()}
         pending = set(futures)
-        warn_at = time.perf_counter() + t.config.stall_warning_s
+        warn_at = time.perf_counter() + t.config.stall_warning_s  # None once warned
         try:
             while pending:
                 # Until a call returns or a worker leaves: a call to a hung worker never
                 # does, one to a worker busy with another task not until that task ends.
-                wait = warn_at - time.perf_counter() if warn_at is not None else None
-                done, gone = t.membership.wait_any(
-                    pending, {futures[f] for f in pending}, None if wait is None else max(wait, 0)
-                )
-                if not done and not gone and warn_at is not None and time.perf_counter() >= warn_at:
+                timeout = None if warn_at is None else max(warn_at - time.perf_counter(), 0.0)
+                done, gone = t.membership.wait_any(pending, {futures[f] for f in pending}, timeout)
+                if warn_at is not None and not (done or gone) and time.perf_counter() >= warn_at:
                     self._warn_stalled(sorted(futures[f] for f in pending), start)
                     warn_at = None
                 pending -= done
