@@ -525,29 +525,29 @@ def _lazy_weights(sample_weight, client, X):
     import dask.array as da
 
     if np.ndim(sample_weight) == 0:
-        if sample_weight < 0:
-            raise ValueError("Negative values in data passed to `sample_weight`.")
-        if sample_weight == 0:
-            raise ValueError("Sample weights must contain at least one non-zero number.")
+        negative, nonzero = sample_weight < 0, sample_weight != 0
         # One weight for every row, block by block (X's row count may be unknown yet): not
         # the same as none, as the weights' sum divides the L2 penalty.
-        return _weights_alike(X, float(sample_weight))
-    if not _is_lazy(sample_weight):
-        # Weights the driver holds already: cut into blocks the workers take rows of.
-        sample_weight = da.from_array(np.asarray(sample_weight, dtype=np.float64))
-    if sample_weight.ndim != 1:
-        raise ValueError(
-            f"Sample weights must be 1D array or scalar, got {sample_weight.ndim}D array of "
-            f"shape {sample_weight.shape} instead."
+        weights = _weights_alike(X, float(sample_weight))
+    else:
+        weights = sample_weight
+        if not _is_lazy(weights):
+            # Weights the driver holds already: cut into blocks the workers take rows of.
+            weights = da.from_array(np.asarray(weights, dtype=np.float64))
+        if weights.ndim != 1:
+            raise ValueError(
+                f"Sample weights must be 1D array or scalar, got {weights.ndim}D array of "
+                f"shape {weights.shape} instead."
+            )
+        # Checked on the workers: two bools reach the driver.
+        negative, nonzero = client.gather(
+            client.compute([(weights < 0).any(), (weights != 0).any()], optimize_graph=False)
         )
-    negative, nonzero = client.compute(
-        [(sample_weight < 0).any(), (sample_weight != 0).any()], optimize_graph=False
-    )
-    if negative.result():  # checked on the workers: one bool reaches the driver
+    if negative:
         raise ValueError("Negative values in data passed to `sample_weight`.")
-    if not nonzero.result():
+    if not nonzero:
         raise ValueError("Sample weights must contain at least one non-zero number.")
-    return sample_weight
+    return weights
 
 
 def _weights_alike(X, weight: float):
